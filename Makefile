@@ -1,0 +1,64 @@
+# hearth - the front door. `make run` serves... (see README); `make test` runs every test tier.
+# CMake does the building underneath; this file only sequences the steps.
+
+BUILD      ?= build
+BUILD_SAN  ?= build-san
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+PREFIX     ?= /usr/local
+FUZZ_SECS  ?= 60
+PY         := .venv/bin/python
+export HEARTH_HOME ?= $(HOME)/.cache/hearth
+
+.PHONY: all deps build run test bench clean install test-deps starter-model \
+        test-unit test-san test-fuzz test-integration
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS)
+
+starter-model:
+	@scripts/starter-model.sh
+
+# Until the server lands (issue 5) `make run` prepares everything and describes the starter model.
+run: build starter-model
+	$(BUILD)/hearth inspect smollm2
+
+test-deps: deps
+	@scripts/test-deps.sh
+
+# Every tier, in order of speed: unit (gcc, -Werror), unit again under ASan+UBSan built with
+# clang (-Werror too, so both compilers stay warning-clean), fuzz smoke runs, integration.
+test: test-deps build starter-model test-unit test-san test-fuzz test-integration
+	@echo "make test: all tiers passed"
+
+test-unit: build
+	ctest --test-dir $(BUILD) -L unit --output-on-failure -j$(JOBS)
+
+$(BUILD_SAN)/CMakeCache.txt:
+	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
+	      -DHEARTH_SANITIZE=ON -DHEARTH_FUZZ=ON >/dev/null
+
+test-san: deps $(BUILD_SAN)/CMakeCache.txt
+	cmake --build $(BUILD_SAN) -j$(JOBS)
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	    ctest --test-dir $(BUILD_SAN) -L unit --output-on-failure -j$(JOBS)
+
+test-fuzz: test-san test-deps
+	@scripts/fuzz-smoke.sh $(BUILD_SAN) $(FUZZ_SECS)
+
+test-integration: build starter-model test-deps
+	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) -m pytest -q tests/integration
+
+bench: build starter-model test-deps
+	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/open_time.py
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+clean:
+	rm -rf $(BUILD) $(BUILD_SAN)

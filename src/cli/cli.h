@@ -1,0 +1,13 @@
+/* cli.h - the verbs of the hearth command. Each takes the arguments after the verb and returns
+ * the process exit status (0 ok, 1 error, 2 usage). */
+#ifndef HX_CLI_H
+#define HX_CLI_H
+
+int hx_cmd_inspect(int argc, char **argv);
+int hx_cmd_ls(int argc, char **argv);
+
+/* Formats a count the way people read it ("134.5M", "1.24B") and bytes ("95.3 MiB"). */
+void hx_cli_fmt_count(double n, char *buf, unsigned len);
+void hx_cli_fmt_bytes(double n, char *buf, unsigned len);
+
+#endif

@@ -1,0 +1,68 @@
+/* main.c - the hearth command: dispatches verbs. Only this file and the verbs may exit. */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/cpu.h"
+#include "cli/cli.h"
+#include "hearth.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+} verb;
+
+static const verb verbs[] = {
+    {"inspect", hx_cmd_inspect, "describe a model: architecture, sizes, tensors (--tensors, --json)"},
+    {"ls",      hx_cmd_ls,      "list local models ($HEARTH_HOME/models and the Hugging Face cache)"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: hearth VERB [ARGS]\n\nverbs:\n");
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        fprintf(f, "  %-9s %s\n", verbs[i].name, verbs[i].summary);
+    fprintf(f, "\nMODEL is a path (.gguf file or safetensors folder), a Hugging Face repo id in the\n"
+               "HF cache, or part of a local model's name (see `hearth ls`).\n"
+               "hearth --version prints the version and the compiled backends.\n");
+}
+
+void hx_cli_fmt_count(double n, char *buf, unsigned len)
+{
+    if (n >= 1e9) snprintf(buf, len, "%.2fB", n / 1e9);
+    else if (n >= 1e6) snprintf(buf, len, "%.1fM", n / 1e6);
+    else if (n >= 1e3) snprintf(buf, len, "%.1fK", n / 1e3);
+    else snprintf(buf, len, "%.0f", n);
+}
+
+void hx_cli_fmt_bytes(double n, char *buf, unsigned len)
+{
+    if (n >= 1024.0 * 1024 * 1024) snprintf(buf, len, "%.2f GiB", n / (1024.0 * 1024 * 1024));
+    else if (n >= 1024.0 * 1024) snprintf(buf, len, "%.1f MiB", n / (1024.0 * 1024));
+    else if (n >= 1024.0) snprintf(buf, len, "%.1f KiB", n / 1024.0);
+    else snprintf(buf, len, "%.0f B", n);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *v = argv[1];
+    if (strcmp(v, "--version") == 0 || strcmp(v, "version") == 0) {
+        char isa[128];
+        hx_cpu_isa_names(hx_cpu_isa(), isa, sizeof isa);
+        printf("hearth %s\nbackends: cpu (%s)\n", hx_version(), isa);
+        return 0;
+    }
+    if (strcmp(v, "help") == 0 || strcmp(v, "--help") == 0 || strcmp(v, "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        if (strcmp(v, verbs[i].name) == 0) return verbs[i].fn(argc - 2, argv + 2);
+    fprintf(stderr, "hearth: unknown verb '%s'\n\n", v);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,77 @@
+/* check.h - the whole unit-test framework.
+ *
+ * A test file defines `static int test_x(void)` functions returning 0 on success, lists them in a
+ * check_case table and ends with CHECK_MAIN(cases). Run with no argument it runs every case and
+ * prints "ok"/"FAIL" per case; with a case name it runs only that one (ctest runs each case in
+ * its own process). Checks print both values and file:line. */
+#ifndef HX_CHECK_H
+#define HX_CHECK_H
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK_FAIL(...)                                   \
+    do {                                                  \
+        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);   \
+        fprintf(stderr, __VA_ARGS__);                     \
+        fputc('\n', stderr);                              \
+        return 1;                                         \
+    } while (0)
+#define CHECK(c) do { if (!(c)) CHECK_FAIL("CHECK(%s)", #c); } while (0)
+#define CHECK_EQ(a, b) do { int64_t a_ = (int64_t)(a), b_ = (int64_t)(b); if (a_ != b_) \
+    CHECK_FAIL("%s == %s: %" PRId64 " vs %" PRId64, #a, #b, a_, b_); } while (0)
+#define CHECK_STR(a, b) do { const char *a_ = (a), *b_ = (b); \
+    if (!a_ || !b_ || strcmp(a_, b_) != 0) \
+        CHECK_FAIL("%s == %s: \"%s\" vs \"%s\"", #a, #b, a_ ? a_ : "(null)", b_ ? b_ : "(null)"); \
+    } while (0)
+#define CHECK_CONTAINS(hay, needle) do { const char *h_ = (hay), *n_ = (needle); \
+    if (!h_ || !strstr(h_, n_)) CHECK_FAIL("\"%s\" contains \"%s\"", h_ ? h_ : "(null)", n_); \
+    } while (0)
+/* Relative tolerance, floored at an absolute tolerance of tol around zero. */
+#define CHECK_NEAR(a, b, tol) do { double a_ = (a), b_ = (b); \
+    if (!(fabs(a_ - b_) <= (tol) * fmax(1.0, fabs(b_)))) \
+        CHECK_FAIL("%s ~ %s: %.9g vs %.9g (tol %g)", #a, #b, a_, b_, (double)(tol)); } while (0)
+
+typedef struct {
+    const char *name;
+    int (*fn)(void);
+} check_case;
+
+static inline int check_run(const check_case *cases, size_t n, int argc, char **argv)
+{
+    int failed = 0, ran = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (argc > 1 && strcmp(argv[1], cases[i].name) != 0) continue;
+        ran++;
+        int r = cases[i].fn();
+        printf("%s %s\n", r == 0 ? "ok  " : "FAIL", cases[i].name);
+        fflush(stdout);
+        failed += r != 0;
+    }
+    if (argc > 1 && ran == 0) {
+        fprintf(stderr, "no test case named %s\n", argv[1]);
+        return 2;
+    }
+    return failed ? 1 : 0;
+}
+
+#define CHECK_MAIN(cases)                                                     \
+    int main(int argc, char **argv)                                           \
+    {                                                                         \
+        return check_run(cases, sizeof(cases) / sizeof((cases)[0]), argc, argv); \
+    }
+
+/* Directory of ../shared/data (set by CMake), or NULL with a visible skip message. */
+static inline const char *check_shared_data(void)
+{
+    const char *d = getenv("HEARTH_SHARED_DATA");
+    if (!d || !*d) {
+        printf("skip: ../shared/data is absent (HEARTH_SHARED_DATA unset)\n");
+        return NULL;
+    }
+    return d;
+}
+
+#endif
