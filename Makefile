@@ -37,6 +37,7 @@ test: test-deps build starter-model test-unit test-san test-fuzz test-integratio
 	@echo "make test: all tiers passed"
 
 test-unit: build
+	scripts/check-layers.sh
 	ctest --test-dir $(BUILD) -L unit --output-on-failure -j$(JOBS)
 
 $(BUILD_SAN)/CMakeCache.txt:
@@ -59,6 +60,7 @@ bench: build starter-model test-deps
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
+	@if [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN)

@@ -61,6 +61,8 @@ typedef struct {
     const unsigned char *data;        /* into the mapping */
 } hx_gguf_tensor;
 
+/* Made only by hx_gguf_open*: the parser allocates it inside a larger private struct holding
+ * sorted indexes for the lookups, so a hand-built hx_gguf must never be passed to them. */
 typedef struct hx_gguf {
     char                *path;        /* owned copy of the name given to open */
     hx_mapped            map;         /* when opened from a file */
