@@ -5,8 +5,8 @@ set -eu
 cd "$(dirname "$0")/.."
 rank() {
     case $1 in
-        base) echo 0 ;; tensor) echo 1 ;; format|tokenizer|template) echo 2 ;;
-        backend|sample) echo 3 ;; model|kv) echo 4 ;; engine) echo 5 ;;
+        base) echo 0 ;; tensor) echo 1 ;; format) echo 2 ;;
+        tokenizer|template|backend) echo 3 ;; sample|model|kv) echo 4 ;; engine) echo 5 ;;
         api|serve) echo 6 ;; cli) echo 7 ;; *) echo 99 ;;
     esac
 }

@@ -15,13 +15,16 @@ typedef struct {
 static const verb verbs[] = {
     {"inspect", hx_cmd_inspect, "describe a model: architecture, sizes, tensors (--tensors, --json)"},
     {"ls",      hx_cmd_ls,      "list local models ($HEARTH_HOME/models and the Hugging Face cache)"},
+    {"tokenize", hx_cmd_tokenize, "SOURCE [TEXT]: token ids and pieces (--json; no TEXT: JSON lines on stdin)"},
+    {"detokenize", hx_cmd_detokenize, "SOURCE: token ids on stdin to text"},
+    {"template", hx_cmd_template, "SOURCE: render the chat template for a JSON request on stdin"},
 };
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: hearth VERB [ARGS]\n\nverbs:\n");
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
-        fprintf(f, "  %-9s %s\n", verbs[i].name, verbs[i].summary);
+        fprintf(f, "  %-11s %s\n", verbs[i].name, verbs[i].summary);
     fprintf(f, "\nMODEL is a path (.gguf file or safetensors folder), a Hugging Face repo id in the\n"
                "HF cache, or part of a local model's name (see `hearth ls`).\n"
                "hearth --version prints the version and the compiled backends.\n");
