@@ -1,0 +1,128 @@
+/* kernels.c - the dispatch: per dtype, the best dot and matmul this CPU can run.
+ *
+ * Two tables list every implementation, best first per dtype, the reference last (it needs no
+ * ISA bit, so it is always eligible). hx_kernels_select walks them once for an ISA mask and keeps
+ * the first eligible entry of each dtype; the backend stores the result at start, so no kernel
+ * call ever checks CPU features. Formats without a dedicated tile kernel get the generic tiling
+ * of their best dot (hx_matmul_by_dot) through the small wrappers below. */
+#include "kernels.h"
+
+#include "base/cpu.h"
+#include "base/err.h"
+
+hx_wmat hx_wmat_from_tensor(const hx_tensor *t)
+{
+    const int64_t n_in = t->shape[t->n_dims - 1];
+    return (hx_wmat){
+        .dtype      = t->dtype,
+        .n_in       = n_in,
+        .n_out      = hx_tensor_n_rows(t),
+        .data       = t->data,
+        .row_bytes  = hx_dtype_row_bytes(t->dtype, n_in),
+        .scales     = t->scales,
+        .biases     = t->biases,
+        .sb_dtype   = t->sb_dtype,
+        .group_size = t->group_size,
+    };
+}
+
+/* ---- matmul wrappers: generic tiling of a dot ---- */
+
+#define BY_DOT(dot)                                                                          \
+    static void mm_##dot(const hx_wmat *w, int64_t o0, int64_t o1, const hx_act *x,         \
+                         int64_t r0, int64_t r1, float *out, int64_t ld_out)                \
+    {                                                                                        \
+        hx_matmul_by_dot(hx_dot_##dot, w, o0, o1, x, r0, r1, out, ld_out);                   \
+    }
+#if defined(__x86_64__)
+BY_DOT(f32_avx512)  BY_DOT(f16_avx512)  BY_DOT(bf16_avx512)
+BY_DOT(f32_avx2)    BY_DOT(f16_avx2)    BY_DOT(bf16_avx2)
+BY_DOT(q4_0_avx2)   BY_DOT(q4_1_avx2)   BY_DOT(q8_0_avx2)
+BY_DOT(q4_k_avx2)   BY_DOT(q5_k_avx2)   BY_DOT(q6_k_avx2)
+BY_DOT(mlx4_avx2)   BY_DOT(mlx8_avx2)
+#endif
+#undef BY_DOT
+
+/* ---- the tables ---- */
+
+typedef struct {
+    hx_dtype     dt;
+    unsigned     isa;
+    const char  *name;
+    hx_dot_fn    dot;
+    hx_matmul_fn matmul;
+} kernel_impl;
+
+#define VNNI (HX_ISA_AVX512 | HX_ISA_AVX512VNNI)
+#define MM_VNNI hx_matmul_avx512vnni
+
+static const kernel_impl kernel_impls[] = { /* per dtype best first; ref last, always eligible */
+#if defined(__x86_64__)
+    { HX_DT_F32,  HX_ISA_AVX512, "avx512",     hx_dot_f32_avx512,  mm_f32_avx512  },
+    { HX_DT_F32,  HX_ISA_AVX2,   "avx2",       hx_dot_f32_avx2,    mm_f32_avx2    },
+    { HX_DT_F16,  HX_ISA_AVX512, "avx512",     hx_dot_f16_avx512,  mm_f16_avx512  },
+    { HX_DT_F16,  HX_ISA_AVX2,   "avx2",       hx_dot_f16_avx2,    mm_f16_avx2    },
+    { HX_DT_BF16, HX_ISA_AVX512, "avx512",     hx_dot_bf16_avx512, mm_bf16_avx512 },
+    { HX_DT_BF16, HX_ISA_AVX2,   "avx2",       hx_dot_bf16_avx2,   mm_bf16_avx2   },
+    { HX_DT_Q4_0, VNNI,          "avx512vnni", hx_dot_q4_0_avx512, MM_VNNI        },
+    { HX_DT_Q4_0, HX_ISA_AVX2,   "avx2",       hx_dot_q4_0_avx2,   mm_q4_0_avx2   },
+    { HX_DT_Q4_1, VNNI,          "avx512vnni", hx_dot_q4_1_avx512, MM_VNNI        },
+    { HX_DT_Q4_1, HX_ISA_AVX2,   "avx2",       hx_dot_q4_1_avx2,   mm_q4_1_avx2   },
+    { HX_DT_Q8_0, VNNI,          "avx512vnni", hx_dot_q8_0_avx512, MM_VNNI        },
+    { HX_DT_Q8_0, HX_ISA_AVX2,   "avx2",       hx_dot_q8_0_avx2,   mm_q8_0_avx2   },
+    { HX_DT_Q4_K, VNNI,          "avx512vnni", hx_dot_q4_k_avx512, MM_VNNI        },
+    { HX_DT_Q4_K, HX_ISA_AVX2,   "avx2",       hx_dot_q4_k_avx2,   mm_q4_k_avx2   },
+    { HX_DT_Q5_K, VNNI,          "avx512vnni", hx_dot_q5_k_avx512, MM_VNNI        },
+    { HX_DT_Q5_K, HX_ISA_AVX2,   "avx2",       hx_dot_q5_k_avx2,   mm_q5_k_avx2   },
+    { HX_DT_Q6_K, VNNI,          "avx512vnni", hx_dot_q6_k_avx512, MM_VNNI        },
+    { HX_DT_Q6_K, HX_ISA_AVX2,   "avx2",       hx_dot_q6_k_avx2,   mm_q6_k_avx2   },
+    { HX_DT_MLX4, VNNI,          "avx512vnni", hx_dot_mlx4_avx512, MM_VNNI        },
+    { HX_DT_MLX4, HX_ISA_AVX2,   "avx2",       hx_dot_mlx4_avx2,   mm_mlx4_avx2   },
+    { HX_DT_MLX8, VNNI,          "avx512vnni", hx_dot_mlx8_avx512, MM_VNNI        },
+    { HX_DT_MLX8, HX_ISA_AVX2,   "avx2",       hx_dot_mlx8_avx2,   mm_mlx8_avx2   },
+#endif
+    { HX_DT_F32,  HX_ISA_NONE,   "ref",        hx_dot_f32_ref,     hx_matmul_ref  },
+    { HX_DT_F16,  HX_ISA_NONE,   "ref",        hx_dot_f16_ref,     hx_matmul_ref  },
+    { HX_DT_BF16, HX_ISA_NONE,   "ref",        hx_dot_bf16_ref,    hx_matmul_ref  },
+    { HX_DT_Q4_0, HX_ISA_NONE,   "ref",        hx_dot_q4_0_ref,    hx_matmul_ref  },
+    { HX_DT_Q4_1, HX_ISA_NONE,   "ref",        hx_dot_q4_1_ref,    hx_matmul_ref  },
+    { HX_DT_Q8_0, HX_ISA_NONE,   "ref",        hx_dot_q8_0_ref,    hx_matmul_ref  },
+    { HX_DT_Q4_K, HX_ISA_NONE,   "ref",        hx_dot_q4_k_ref,    hx_matmul_ref  },
+    { HX_DT_Q5_K, HX_ISA_NONE,   "ref",        hx_dot_q5_k_ref,    hx_matmul_ref  },
+    { HX_DT_Q6_K, HX_ISA_NONE,   "ref",        hx_dot_q6_k_ref,    hx_matmul_ref  },
+    { HX_DT_MLX4, HX_ISA_NONE,   "ref",        hx_dot_mlx4_ref,    hx_matmul_ref  },
+    { HX_DT_MLX8, HX_ISA_NONE,   "ref",        hx_dot_mlx8_ref,    hx_matmul_ref  },
+};
+
+#undef VNNI
+#undef MM_VNNI
+
+hx_kernels hx_kernels_select(unsigned isa)
+{
+    hx_kernels k = { 0 };
+    for (size_t i = 0; i < HX_COUNTOF(kernel_impls); i++) {
+        const kernel_impl *e = &kernel_impls[i];
+        if ((e->isa & ~isa) != 0 || k.dot[e->dt] != NULL) continue;
+        k.dot[e->dt]         = e->dot;
+        k.matmul[e->dt]      = e->matmul;
+        k.dot_name[e->dt]    = e->name;
+        k.matmul_name[e->dt] = e->name;
+    }
+    hx_act_quant_variant best;
+    hx_act_quant_variants(isa, &best, 1);
+    k.act_quant = best.fn;
+    for (int dt = 0; dt < HX_DT_COUNT; dt++) HX_ASSERT(k.dot[dt] != NULL && k.matmul[dt] != NULL);
+    return k;
+}
+
+int hx_kernels_variants(hx_dtype dt, unsigned isa, hx_kernel_variant *out, int max)
+{
+    int n = 0;
+    for (size_t i = 0; i < HX_COUNTOF(kernel_impls); i++) {
+        const kernel_impl *e = &kernel_impls[i];
+        if (e->dt != dt || (e->isa & ~isa) != 0) continue;
+        if (n < max) out[n] = (hx_kernel_variant){ e->name, e->isa, e->dot, e->matmul };
+        n++;
+    }
+    return n;
+}
