@@ -9,7 +9,7 @@ FUZZ_SECS  ?= 60
 PY         := .venv/bin/python
 export HEARTH_HOME ?= $(HOME)/.cache/hearth
 
-.PHONY: all deps build run test bench clean install test-deps starter-model \
+.PHONY: all deps build run test bench clean install test-deps starter-model parity \
         test-unit test-san test-fuzz test-integration
 
 all: build
@@ -18,7 +18,8 @@ deps:
 	@scripts/deps.sh
 
 build: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc \
+	      -DHEARTH_WERROR=ON >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
 
 starter-model:
@@ -40,11 +41,9 @@ test-unit: build
 	scripts/check-layers.sh
 	ctest --test-dir $(BUILD) -L unit --output-on-failure -j$(JOBS)
 
-$(BUILD_SAN)/CMakeCache.txt:
+test-san: deps
 	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
-	      -DHEARTH_SANITIZE=ON -DHEARTH_FUZZ=ON >/dev/null
-
-test-san: deps $(BUILD_SAN)/CMakeCache.txt
+	      -DHEARTH_SANITIZE=ON -DHEARTH_FUZZ=ON -DHEARTH_WERROR=ON >/dev/null
 	cmake --build $(BUILD_SAN) -j$(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	    ctest --test-dir $(BUILD_SAN) -L unit --output-on-failure -j$(JOBS)
@@ -53,10 +52,17 @@ test-fuzz: test-san test-deps
 	@scripts/fuzz-smoke.sh $(BUILD_SAN) $(FUZZ_SECS)
 
 test-integration: build starter-model test-deps
-	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) -m pytest -q tests/integration
+	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) -m pytest -q tests/integration tests/parity
+
+# Regenerates the parity goldens with the reference (tests/parity/reference.py), then compares.
+parity: build starter-model test-deps
+	$(PY) tests/parity/make_goldens.py $(HEARTH_HOME)/models/SmolLM2-135M-Instruct.Q4_1.gguf \
+	    smollm2-q4_1 --tokenizer ../shared/data/tokenizers/smollm2/tokenizer.json
+	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) -m pytest -q -s tests/parity
 
 bench: build starter-model test-deps
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/open_time.py
+	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/tokenizer_speed.py --mb 20 --rounds 3
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

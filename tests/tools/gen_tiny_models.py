@@ -9,6 +9,8 @@ Creates under OUT_DIR (each a model folder hearth can open):
   tiny-llama-mlx4/      MLX-community layout: 4-bit affine, group 32, F16 scales/biases
   tiny-llama-mlx8/      MLX 8-bit affine, group 64, BF16 scales/biases (stored as raw bf16)
   tiny-qwen3/           Qwen3 shape (q/k RMSNorm, separate lm_head), BF16 safetensors
+  tiny-qwen2/           Qwen2 shape (q/k/v biases), F32 safetensors
+  tiny-llama3/          Llama 3 shape with llama3 rope scaling and an untied lm_head, F16
 The same seed always gives byte-identical files. Only numpy is needed; the safetensors files are
 written by hand (the format is an 8-byte header length, a JSON header and raw little-endian data).
 """
@@ -31,6 +33,16 @@ QWEN3 = dict(model_type="qwen3", hidden_size=64, intermediate_size=96, num_hidde
              tie_word_embeddings=False, architectures=["Qwen3ForCausalLM"],
              bos_token_id=1, eos_token_id=2)
 
+QWEN2 = dict(model_type="qwen2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+             max_position_embeddings=1024, rms_norm_eps=1e-6, rope_theta=1000000.0,
+             tie_word_embeddings=True, architectures=["Qwen2ForCausalLM"],
+             bos_token_id=1, eos_token_id=2)
+
+LLAMA3 = dict(LLAMA, rope_theta=500000.0, tie_word_embeddings=False,
+              rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                            "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
+
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
                  "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
                  "{% endif %}")
@@ -42,24 +54,31 @@ def weights(cfg, seed):
     d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     hd = cfg.get("head_dim", d // cfg["num_attention_heads"])
     nq, nkv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
-    w = {"model.embed_tokens.weight": rng.normal(0, 0.02, (v, d)),
+    # Standard-deviation 1/sqrt(fan_in) projections give logits with real structure, so parity
+    # tests compare distributions that are not flat.
+    lin = lambda o, i: rng.normal(0, 1 / np.sqrt(i), (o, i))
+    w = {"model.embed_tokens.weight": rng.normal(0, 1.0, (v, d)),
          "model.norm.weight": 1 + rng.normal(0, 0.02, (d,))}
     if not cfg["tie_word_embeddings"]:
-        w["lm_head.weight"] = rng.normal(0, 0.02, (v, d))
+        w["lm_head.weight"] = lin(v, d)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = 1 + rng.normal(0, 0.02, (d,))
         w[p + "post_attention_layernorm.weight"] = 1 + rng.normal(0, 0.02, (d,))
-        w[p + "self_attn.q_proj.weight"] = rng.normal(0, 0.02, (nq, d))
-        w[p + "self_attn.k_proj.weight"] = rng.normal(0, 0.02, (nkv, d))
-        w[p + "self_attn.v_proj.weight"] = rng.normal(0, 0.02, (nkv, d))
-        w[p + "self_attn.o_proj.weight"] = rng.normal(0, 0.02, (d, nq))
+        w[p + "self_attn.q_proj.weight"] = lin(nq, d)
+        w[p + "self_attn.k_proj.weight"] = lin(nkv, d)
+        w[p + "self_attn.v_proj.weight"] = lin(nkv, d)
+        w[p + "self_attn.o_proj.weight"] = lin(d, nq)
+        if cfg["model_type"] == "qwen2":
+            w[p + "self_attn.q_proj.bias"] = rng.normal(0, 0.5, (nq,))
+            w[p + "self_attn.k_proj.bias"] = rng.normal(0, 0.5, (nkv,))
+            w[p + "self_attn.v_proj.bias"] = rng.normal(0, 0.5, (nkv,))
         if cfg["model_type"] == "qwen3":
             w[p + "self_attn.q_norm.weight"] = 1 + rng.normal(0, 0.02, (hd,))
             w[p + "self_attn.k_norm.weight"] = 1 + rng.normal(0, 0.02, (hd,))
-        w[p + "mlp.gate_proj.weight"] = rng.normal(0, 0.02, (f, d))
-        w[p + "mlp.up_proj.weight"] = rng.normal(0, 0.02, (f, d))
-        w[p + "mlp.down_proj.weight"] = rng.normal(0, 0.02, (d, f))
+        w[p + "mlp.gate_proj.weight"] = lin(f, d)
+        w[p + "mlp.up_proj.weight"] = lin(f, d)
+        w[p + "mlp.down_proj.weight"] = lin(d, f)
     return {k: v.astype(np.float32) for k, v in w.items()}
 
 
@@ -172,6 +191,10 @@ def main(out):
     write_folder(out, "tiny-llama-mlx8", LLAMA, mlx_tensors(w, 8, 64, "BF16"),
                  extra_cfg={"quantization": {"group_size": 64, "bits": 8}},
                  metadata={"format": "mlx"})
+    w2 = weights(QWEN2, seed=7)
+    write_folder(out, "tiny-qwen2", QWEN2, {k: ("F32", a) for k, a in w2.items()})
+    w3 = weights(LLAMA3, seed=11)
+    write_folder(out, "tiny-llama3", LLAMA3, {k: ("F16", a.astype(np.float16)) for k, a in w3.items()})
     wq = weights(QWEN3, seed=99)
     write_folder(out, "tiny-qwen3", QWEN3, {k: ("BF16", bf16_bits(a)) for k, a in wq.items()})
 

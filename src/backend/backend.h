@@ -1,0 +1,104 @@
+/* backend.h - the operations a transformer forward pass needs, as a table of functions.
+ *
+ * Model code (src/model) is written once against this table and never touches device memory:
+ * activations live in buffers the backend allocates, weights are hx_tensor views the backend
+ * prepared at load (it may repack them), and the KV cache is a pool of fixed-size blocks whose
+ * storage the backend owns. A backend (cpu today; cuda later) implements the table, nothing else.
+ *
+ * Shapes use the project vocabulary (src/model/model.h): n_tok rows of a flat batch, d_model,
+ * n_head, n_kv_head, d_head. Every activation is row-major f32 unless stated. Ops are
+ * synchronous from the caller's point of view; a backend may queue work internally as long as
+ * results are visible to the next op and to hx_backend_read. */
+#ifndef HX_BACKEND_BACKEND_H
+#define HX_BACKEND_BACKEND_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "tensor/tensor.h"
+
+typedef struct hx_backend hx_backend;
+
+/* Rotary embedding of one model: per-pair inverse frequencies (rope scaling already applied),
+ * the attention magnitude factor (YaRN) and the layout of the rotated pairs. */
+typedef struct {
+    const float *inv_freq; /* [n_rot / 2], owned by the model */
+    int32_t      n_rot;    /* leading dims of each head that rotate (d_head for Llama) */
+    float        mscale;   /* multiplies cos and sin; 1 without YaRN */
+    bool         pairs;    /* true: rotate (2i, 2i+1) (GGUF Llama); false: (i, i + n_rot/2) */
+} hx_rope;
+
+/* KV storage: n_blocks blocks of block_tokens positions, each holding K and V of every layer.
+ * Layout of K (and V alike): [n_blocks][n_layer][block_tokens][kv_dim] f16, kv_dim =
+ * n_kv_head * d_head. Block ids come from the KV pool (src/kv), which owns allocation and
+ * sharing; the backend owns the bytes. */
+typedef struct {
+    void   *k, *v;
+    int32_t n_blocks, block_tokens, n_layer, kv_dim;
+} hx_kv_store;
+
+/* One sequence's view of the cache for attention: its block table and how many positions are
+ * valid (after the new rows were stored). */
+typedef struct {
+    const int32_t *blocks;
+    int32_t        n_ctx;
+} hx_kv_seq;
+
+/* Attention shape and options for one layer. */
+typedef struct {
+    int32_t n_head, n_kv_head, d_head;
+    float   scale;          /* usually 1/sqrt(d_head) */
+    int32_t sliding_window; /* 0: full causal attention */
+} hx_attn_shape;
+
+struct hx_backend {
+    const char *name;
+    void       *impl; /* the backend's own state */
+
+    /* Activation memory. alloc returns NULL when out of memory. */
+    void *(*alloc)(hx_backend *be, size_t bytes);
+    void (*free)(hx_backend *be, void *p);
+    /* Sizes scratch for steps of up to max_tok rows of up to max_row floats, once at model load,
+     * so that no op allocates afterwards (a decode step allocates nothing). */
+    hx_status (*reserve)(hx_backend *be, int64_t max_row, int64_t max_tok, hx_err *err);
+    /* Copies n bytes of backend memory to the host (for logits). */
+    void (*read)(hx_backend *be, void *dst, const void *src, size_t n);
+
+    /* KV storage for n_blocks blocks; freed by kv_free. */
+    hx_status (*kv_alloc)(hx_backend *be, hx_kv_store *kv, hx_err *err);
+    void (*kv_free)(hx_backend *be, hx_kv_store *kv);
+
+    /* out[t] = row ids[t] of w (any dtype), as f32.  out: [n_tok, d] */
+    void (*embed)(hx_backend *be, const hx_tensor *w, const int32_t *ids, int64_t n_tok,
+                  float *out);
+    /* out[r][o] = sum_i w[o][i] * x[r][i].  w: [n_out, n_in] any dtype; x: [n_rows, n_in];
+     * out: [n_rows, n_out]. bias (optional, [n_out]) is added when not NULL. */
+    void (*matmul)(hx_backend *be, const hx_tensor *w, const hx_tensor *bias, const float *x,
+                   int64_t n_rows, float *out);
+    /* out = x / rms(x) * w per row of d.  w: [d]; x, out: [n_rows, d] (may alias). */
+    void (*rmsnorm)(hx_backend *be, const float *x, const hx_tensor *w, int64_t n_rows,
+                    int64_t d, float eps, float *out);
+    /* Rotates x [n_tok, n_head, d_head] in place by position pos[t]. */
+    void (*rope)(hx_backend *be, float *x, const int32_t *pos, int64_t n_tok, int32_t n_head,
+                 int32_t d_head, const hx_rope *rope);
+    /* Writes k, v [n_tok, kv_dim] of layer `layer` at positions pos[t] of sequence seq. */
+    void (*kv_write)(hx_backend *be, hx_kv_store *kv, int32_t layer, const hx_kv_seq *seq,
+                     const int32_t *pos, const float *k, const float *v, int64_t n_tok);
+    /* Causal attention of q [n_tok, n_head, d_head] (row t at position pos[t]) over the first
+     * pos[t]+1 positions of the sequence's cache; out: [n_tok, n_head * d_head]. */
+    void (*attention)(hx_backend *be, const hx_kv_store *kv, int32_t layer, const hx_kv_seq *seq,
+                      const float *q, const int32_t *pos, int64_t n_tok, const hx_attn_shape *s,
+                      float *out);
+    /* dst[i] = src[rows[i]] for rows of d floats (dst and src do not overlap). */
+    void (*gather_rows)(hx_backend *be, const float *src, const int32_t *rows, int64_t n,
+                        int64_t d, float *dst);
+    /* out = silu(gate) * up, n elements. */
+    void (*swiglu)(hx_backend *be, const float *gate, const float *up, int64_t n, float *out);
+    /* x += y, n elements. */
+    void (*add)(hx_backend *be, float *x, const float *y, int64_t n);
+
+    void (*destroy)(hx_backend *be);
+};
+
+#endif

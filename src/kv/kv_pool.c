@@ -1,0 +1,92 @@
+/* kv_pool.c - block allocator (a stack of free ids) and per-sequence block tables. */
+#include "kv/kv_pool.h"
+
+#include "base/alloc.h"
+
+hx_status hx_kv_pool_create(hx_backend *be, int32_t n_layer, int32_t kv_dim, int32_t block_tokens,
+                            int32_t n_blocks, hx_kv_pool **out, hx_err *err)
+{
+    if (n_blocks < 1 || block_tokens < 1 || n_layer < 1 || kv_dim < 1)
+        return hx_err_set(err, HX_E_INVALID, "KV pool of %d blocks x %d tokens is invalid",
+                          n_blocks, block_tokens);
+    hx_kv_pool *p = hx_calloc(1, sizeof *p);
+    if (!p) return hx_err_set(err, HX_E_NOMEM, "out of memory for the KV pool");
+    p->be = be;
+    p->store = (hx_kv_store){.n_blocks = n_blocks, .block_tokens = block_tokens,
+                             .n_layer = n_layer, .kv_dim = kv_dim};
+    p->refcount = hx_calloc((size_t)n_blocks, sizeof(int32_t));
+    p->free_ids = hx_calloc((size_t)n_blocks, sizeof(int32_t));
+    hx_status st = p->refcount && p->free_ids
+                       ? be->kv_alloc(be, &p->store, err)
+                       : hx_err_set(err, HX_E_NOMEM, "out of memory for the KV pool");
+    if (st != HX_OK) {
+        hx_kv_pool_free(p);
+        return st;
+    }
+    for (int32_t i = 0; i < n_blocks; i++) p->free_ids[i] = n_blocks - 1 - i; /* 0 on top */
+    p->n_free = n_blocks;
+    *out = p;
+    return HX_OK;
+}
+
+void hx_kv_pool_free(hx_kv_pool *p)
+{
+    if (!p) return;
+    if (p->store.k || p->store.v) p->be->kv_free(p->be, &p->store);
+    hx_free(p->refcount);
+    hx_free(p->free_ids);
+    hx_free(p);
+}
+
+int32_t hx_kv_pool_alloc(hx_kv_pool *p)
+{
+    if (p->n_free == 0) return -1;
+    const int32_t id = p->free_ids[--p->n_free];
+    p->refcount[id] = 1;
+    return id;
+}
+
+void hx_kv_pool_retain(hx_kv_pool *p, int32_t id)
+{
+    HX_ASSERT(id >= 0 && id < p->store.n_blocks && p->refcount[id] > 0);
+    p->refcount[id]++;
+}
+
+void hx_kv_pool_release(hx_kv_pool *p, int32_t id)
+{
+    HX_ASSERT(id >= 0 && id < p->store.n_blocks && p->refcount[id] > 0);
+    if (--p->refcount[id] == 0) p->free_ids[p->n_free++] = id;
+}
+
+hx_status hx_kv_table_reserve(hx_kv_pool *p, hx_kv_table *t, int32_t n_ctx, hx_err *err)
+{
+    const int32_t bt = p->store.block_tokens;
+    const int32_t need = (n_ctx + bt - 1) / bt;
+    if (need - t->n_blocks > p->n_free)
+        return hx_err_set(err, HX_E_CONTEXT,
+                          "the KV cache is full: %d positions need %d blocks, %d are free",
+                          n_ctx, need - t->n_blocks, p->n_free);
+    if (need > t->cap) {
+        int32_t *b = hx_realloc(t->blocks, (size_t)need * sizeof(int32_t));
+        if (!b) return hx_err_set(err, HX_E_NOMEM, "out of memory for a block table");
+        t->blocks = b;
+        t->cap = need;
+    }
+    while (t->n_blocks < need) t->blocks[t->n_blocks++] = hx_kv_pool_alloc(p);
+    return HX_OK;
+}
+
+void hx_kv_table_truncate(hx_kv_pool *p, hx_kv_table *t, int32_t n_ctx)
+{
+    const int32_t bt = p->store.block_tokens;
+    const int32_t keep = (n_ctx + bt - 1) / bt;
+    while (t->n_blocks > keep) hx_kv_pool_release(p, t->blocks[--t->n_blocks]);
+    if (t->n_ctx > n_ctx) t->n_ctx = n_ctx;
+}
+
+void hx_kv_table_free(hx_kv_pool *p, hx_kv_table *t)
+{
+    hx_kv_table_truncate(p, t, 0);
+    hx_free(t->blocks);
+    *t = (hx_kv_table){0};
+}

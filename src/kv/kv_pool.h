@@ -1,0 +1,43 @@
+/* kv_pool.h - the paged KV cache: fixed-size blocks from one allocation, reference counted.
+ *
+ * The pool hands out block ids; the backend owns the bytes (hx_kv_store). A block's reference
+ * count says how many sequences (or, later, prefix-cache entries) use it; it returns to the free
+ * list when the count drops to zero. Sized once at start (--ctx, and later the memory budget).
+ * Owner: the engine thread; not thread-safe. */
+#ifndef HX_KV_KV_POOL_H
+#define HX_KV_KV_POOL_H
+#include "backend/backend.h"
+
+typedef struct hx_kv_pool {
+    hx_backend  *be;       /* borrowed */
+    hx_kv_store  store;
+    int32_t     *refcount; /* [n_blocks] */
+    int32_t     *free_ids; /* stack of free block ids */
+    int32_t      n_free;
+} hx_kv_pool;
+
+/* Creates a pool of n_blocks blocks of block_tokens positions for n_layer layers of kv_dim. */
+hx_status hx_kv_pool_create(hx_backend *be, int32_t n_layer, int32_t kv_dim, int32_t block_tokens,
+                            int32_t n_blocks, hx_kv_pool **out, hx_err *err);
+void      hx_kv_pool_free(hx_kv_pool *pool); /* accepts NULL */
+
+/* A free block with reference count 1, or -1 when none is left. */
+int32_t hx_kv_pool_alloc(hx_kv_pool *pool);
+void    hx_kv_pool_retain(hx_kv_pool *pool, int32_t id);
+void    hx_kv_pool_release(hx_kv_pool *pool, int32_t id);
+
+/* One sequence's block table; grows as positions are added. */
+typedef struct {
+    int32_t *blocks;
+    int32_t  n_blocks, cap;
+    int32_t  n_ctx; /* positions stored */
+} hx_kv_table;
+
+/* Makes room for n_ctx positions, allocating blocks as needed. HX_E_CONTEXT when the pool is
+ * out of blocks (the table is unchanged then). */
+hx_status hx_kv_table_reserve(hx_kv_pool *pool, hx_kv_table *t, int32_t n_ctx, hx_err *err);
+/* Drops positions from n_ctx on (releasing blocks wholly past it). */
+void      hx_kv_table_truncate(hx_kv_pool *pool, hx_kv_table *t, int32_t n_ctx);
+void      hx_kv_table_free(hx_kv_pool *pool, hx_kv_table *t);
+
+#endif

@@ -1,0 +1,258 @@
+/* llama.c - the Llama-family forward pass (Llama 2/3.x, SmolLM2, Mistral, Qwen2, Qwen3).
+ *
+ * One block: h = rmsnorm(x); q,k,v = h Wq,Wk,Wv (+ biases for Qwen2); per-head RMSNorm of q and k
+ * (Qwen3); rope(q, k); store k, v in the paged cache; o = attention(q, cache) Wo; x += o;
+ * h = rmsnorm(x); x += (silu(h Wg) * h Wu) Wd. After the last block, rmsnorm and the output
+ * projection (the token embedding when tied) for the requested rows only.
+ * Everything goes through the backend table; this file never touches activation memory. */
+#include "model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+
+#define HX_PI 3.14159265358979323846
+
+static const char *const families[] = {"llama", "mistral", "qwen2", "qwen3"};
+
+static const hx_tensor *get(const hx_model_files *mf, const char *name)
+{
+    const hx_tensor_info *ti = hx_model_files_find(mf, name);
+    return ti ? &ti->t : NULL;
+}
+
+/* Looks up "blk.<i>.<what>.weight" (or .bias); required ones are reported when missing. */
+static hx_status bind(const hx_model_files *mf, int i, const char *what, const char *kind,
+                      bool required, const hx_tensor **out, hx_err *err)
+{
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s.%s", i, what, kind);
+    *out = get(mf, name);
+    if (!*out && required)
+        return hx_err_set(err, HX_E_FORMAT, "%s: missing tensor %s", mf->path, name);
+    return HX_OK;
+}
+
+/* Checks a weight's shape is [rows, cols] (cols contiguous). */
+static hx_status check2(const hx_model_files *mf, const hx_tensor *t, const char *what, int i,
+                        int64_t rows, int64_t cols, hx_err *err)
+{
+    if (t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols) return HX_OK;
+    return hx_err_set(err, HX_E_FORMAT, "%s: blk.%d.%s has shape [%lld, %lld], expected [%lld, %lld]",
+                      mf->path, i, what, (long long)t->shape[0],
+                      (long long)(t->n_dims > 1 ? t->shape[1] : 0), (long long)rows,
+                      (long long)cols);
+}
+
+void hx_rope_init(const hx_hparams *hp, int32_t n_rot, const hx_tensor *freq_factors,
+                  float *inv_freq, float *mscale)
+{
+    const int32_t half = n_rot / 2;
+    float ff[1024];
+    if (freq_factors && half <= 1024) hx_tensor_dequant_row(freq_factors, 0, ff);
+    *mscale = 1.0f;
+    for (int32_t i = 0; i < half; i++) {
+        double f = 1.0 / pow((double)hp->rope_theta, 2.0 * i / (double)n_rot);
+        switch (hp->rope_scaling) {
+        case HX_ROPE_SCALING_LINEAR:
+            f /= hp->rope_factor;
+            break;
+        case HX_ROPE_SCALING_LLAMA3:
+            if (freq_factors) { /* GGUF: the per-dimension factors are given */
+                f /= ff[i];
+            } else { /* config.json: derive them from the wavelength bands */
+                const double lo_wl = hp->rope_orig_ctx / hp->rope_low_freq_factor;
+                const double hi_wl = hp->rope_orig_ctx / hp->rope_high_freq_factor;
+                const double wl = 2.0 * HX_PI / f;
+                if (wl > lo_wl) {
+                    f /= hp->rope_factor;
+                } else if (wl >= hi_wl) {
+                    const double smooth = (hp->rope_orig_ctx / wl - hp->rope_low_freq_factor) /
+                                          (hp->rope_high_freq_factor - hp->rope_low_freq_factor);
+                    f = (1.0 - smooth) * f / hp->rope_factor + smooth * f;
+                }
+            }
+            break;
+        case HX_ROPE_SCALING_YARN: {
+            const double fac = hp->rope_factor, orig = hp->rope_orig_ctx > 0 ? hp->rope_orig_ctx : 4096;
+            const double bf = hp->yarn_beta_fast > 0 ? hp->yarn_beta_fast : 32.0;
+            const double bs = hp->yarn_beta_slow > 0 ? hp->yarn_beta_slow : 1.0;
+            const double lt = log((double)hp->rope_theta);
+            double lo = floor(n_rot * log(orig / (bf * 2 * HX_PI)) / (2 * lt));
+            double hi = ceil(n_rot * log(orig / (bs * 2 * HX_PI)) / (2 * lt));
+            if (lo < 0) lo = 0;
+            if (hi > n_rot - 1) hi = n_rot - 1;
+            double ramp = (i - lo) / (hi - lo > 1e-3 ? hi - lo : 1e-3);
+            ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+            const double extrap = 1.0 - ramp;
+            f = f / fac * (1.0 - extrap) + f * extrap;
+            *mscale = (float)(0.1 * log(fac) + 1.0);
+            break;
+        }
+        default:
+            break;
+        }
+        inv_freq[i] = (float)f;
+    }
+}
+
+hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok, hx_llm **out,
+                      hx_err *err)
+{
+    const hx_hparams *hp = &mf->hp;
+    bool known = false;
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        known |= strcmp(hp->arch, families[i]) == 0;
+    if (!known || hp->n_expert > 0)
+        return hx_err_set(err, HX_E_UNSUPPORTED,
+                          "%s: architecture '%s'%s has no forward pass yet (supported: llama, "
+                          "mistral, qwen2, qwen3)", mf->path, hp->arch,
+                          hp->n_expert > 0 ? " (mixture of experts)" : "");
+    if (max_tok < 1) return hx_err_set(err, HX_E_INVALID, "step size must be at least 1 row");
+    hx_llm *m = hx_calloc(1, sizeof *m);
+    if (!m) return hx_err_set(err, HX_E_NOMEM, "out of memory");
+    hx_status st = HX_OK;
+    m->mf = mf;
+    m->hp = *hp;
+    m->be = be;
+    m->max_tok = max_tok;
+    const int64_t d = hp->d_model, qd = (int64_t)hp->n_head * hp->d_head,
+                  kvd = (int64_t)hp->n_kv_head * hp->d_head;
+    m->tok_embd = get(mf, "token_embd.weight");
+    m->out_norm = get(mf, "output_norm.weight");
+    m->output = get(mf, "output.weight");
+    if (!m->output) m->output = m->tok_embd;
+    if (!m->out_norm) {
+        st = hx_err_set(err, HX_E_FORMAT, "%s: missing tensor output_norm.weight", mf->path);
+        goto fail;
+    }
+    if (!(m->layers = hx_calloc((size_t)hp->n_layer, sizeof *m->layers))) goto nomem;
+    for (int i = 0; i < hp->n_layer; i++) {
+        hx_layer *L = &m->layers[i];
+        if ((st = bind(mf, i, "attn_norm", "weight", true, &L->attn_norm, err)) ||
+            (st = bind(mf, i, "attn_q", "weight", true, &L->wq, err)) ||
+            (st = bind(mf, i, "attn_k", "weight", true, &L->wk, err)) ||
+            (st = bind(mf, i, "attn_v", "weight", true, &L->wv, err)) ||
+            (st = bind(mf, i, "attn_output", "weight", true, &L->wo, err)) ||
+            (st = bind(mf, i, "attn_q", "bias", false, &L->bq, err)) ||
+            (st = bind(mf, i, "attn_k", "bias", false, &L->bk, err)) ||
+            (st = bind(mf, i, "attn_v", "bias", false, &L->bv, err)) ||
+            (st = bind(mf, i, "attn_q_norm", "weight", false, &L->q_norm, err)) ||
+            (st = bind(mf, i, "attn_k_norm", "weight", false, &L->k_norm, err)) ||
+            (st = bind(mf, i, "ffn_norm", "weight", true, &L->ffn_norm, err)) ||
+            (st = bind(mf, i, "ffn_gate", "weight", true, &L->w_gate, err)) ||
+            (st = bind(mf, i, "ffn_up", "weight", true, &L->w_up, err)) ||
+            (st = bind(mf, i, "ffn_down", "weight", true, &L->w_down, err)))
+            goto fail;
+        if ((st = check2(mf, L->wq, "attn_q", i, qd, d, err)) ||
+            (st = check2(mf, L->wk, "attn_k", i, kvd, d, err)) ||
+            (st = check2(mf, L->wv, "attn_v", i, kvd, d, err)) ||
+            (st = check2(mf, L->wo, "attn_output", i, d, qd, err)) ||
+            (st = check2(mf, L->w_gate, "ffn_gate", i, hp->d_ff, d, err)) ||
+            (st = check2(mf, L->w_up, "ffn_up", i, hp->d_ff, d, err)) ||
+            (st = check2(mf, L->w_down, "ffn_down", i, d, hp->d_ff, err)))
+            goto fail;
+    }
+    if (!(m->inv_freq = hx_alloc((size_t)hp->d_head / 2 * sizeof(float)))) goto nomem;
+    hx_rope_init(hp, hp->d_head, get(mf, "rope_freqs.weight"), m->inv_freq, &m->rope.mscale);
+    m->rope.inv_freq = m->inv_freq;
+    m->rope.n_rot = hp->d_head;
+    m->rope.pairs = hp->rope_layout == HX_ROPE_PAIRS;
+
+    int64_t widest = d > qd ? d : qd;
+    if (hp->d_ff > widest) widest = hp->d_ff;
+    if (hp->n_vocab > widest) widest = hp->n_vocab;
+    if ((st = be->reserve(be, widest, max_tok, err)) != HX_OK) goto fail;
+    const size_t T = (size_t)max_tok, f = sizeof(float);
+    m->x = be->alloc(be, T * (size_t)d * f);
+    m->h = be->alloc(be, T * (size_t)(d > qd ? d : qd) * f);
+    m->q = be->alloc(be, T * (size_t)qd * f);
+    m->k = be->alloc(be, T * (size_t)kvd * f);
+    m->v = be->alloc(be, T * (size_t)kvd * f);
+    m->gate = be->alloc(be, T * (size_t)hp->d_ff * f);
+    m->up = be->alloc(be, T * (size_t)hp->d_ff * f);
+    m->logits = be->alloc(be, T * (size_t)hp->n_vocab * f);
+    if (!m->x || !m->h || !m->q || !m->k || !m->v || !m->gate || !m->up || !m->logits)
+        goto nomem;
+    *out = m;
+    return HX_OK;
+nomem:
+    st = hx_err_set(err, HX_E_NOMEM, "%s: out of memory binding the model", mf->path);
+fail:
+    hx_llm_close(m);
+    return st;
+}
+
+void hx_llm_close(hx_llm *m)
+{
+    if (!m) return;
+    hx_backend *be = m->be;
+    float *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->gate, m->up, m->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->free(be, bufs[i]);
+    hx_free(m->inv_freq);
+    hx_free(m->layers);
+    hx_free(m);
+}
+
+hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, const hx_batch *b, float *logits,
+                         hx_err *err)
+{
+    const hx_hparams *hp = &m->hp;
+    hx_backend *be = m->be;
+    const int64_t T = b->n_tok, d = hp->d_model, qd = (int64_t)hp->n_head * hp->d_head,
+                  kvd = (int64_t)hp->n_kv_head * hp->d_head;
+    if (T < 1 || T > m->max_tok)
+        return hx_err_set(err, HX_E_INVALID, "batch of %lld rows (step size %lld)", (long long)T,
+                          (long long)m->max_tok);
+    for (int64_t t = 0; t < T; t++)
+        if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab)
+            return hx_err_set(err, HX_E_INVALID, "token id %d outside the vocabulary (%d)",
+                              b->tokens[t], hp->n_vocab);
+    const hx_attn_shape shape = {hp->n_head, hp->n_kv_head, hp->d_head,
+                                 1.0f / sqrtf((float)hp->d_head), hp->sliding_window};
+    be->embed(be, m->tok_embd, b->tokens, T, m->x);
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const hx_layer *L = &m->layers[l];
+        be->rmsnorm(be, m->x, L->attn_norm, T, d, hp->norm_eps, m->h);
+        be->matmul(be, L->wq, L->bq, m->h, T, m->q);
+        be->matmul(be, L->wk, L->bk, m->h, T, m->k);
+        be->matmul(be, L->wv, L->bv, m->h, T, m->v);
+        if (L->q_norm) {
+            be->rmsnorm(be, m->q, L->q_norm, T * hp->n_head, hp->d_head, hp->norm_eps, m->q);
+            be->rmsnorm(be, m->k, L->k_norm, T * hp->n_kv_head, hp->d_head, hp->norm_eps, m->k);
+        }
+        be->rope(be, m->q, b->pos, T, hp->n_head, hp->d_head, &m->rope);
+        be->rope(be, m->k, b->pos, T, hp->n_kv_head, hp->d_head, &m->rope);
+        /* Per sequence: store its rows' K/V, then attend over its cache. */
+        for (int64_t t0 = 0; t0 < T;) {
+            int64_t t1 = t0 + 1;
+            while (t1 < T && b->seq[t1] == b->seq[t0]) t1++;
+            const hx_kv_seq *s = &b->seqs[b->seq[t0]];
+            be->kv_write(be, kv, l, s, b->pos + t0, m->k + t0 * kvd, m->v + t0 * kvd, t1 - t0);
+            be->attention(be, kv, l, s, m->q + t0 * qd, b->pos + t0, t1 - t0, &shape,
+                          m->h + t0 * qd);
+            t0 = t1;
+        }
+        be->matmul(be, L->wo, NULL, m->h, T, m->q); /* q is free now: reuse for o */
+        be->add(be, m->x, m->q, T * d);
+        be->rmsnorm(be, m->x, L->ffn_norm, T, d, hp->norm_eps, m->h);
+        be->matmul(be, L->w_gate, NULL, m->h, T, m->gate);
+        be->matmul(be, L->w_up, NULL, m->h, T, m->up);
+        be->swiglu(be, m->gate, m->up, T * hp->d_ff, m->gate);
+        be->matmul(be, L->w_down, NULL, m->gate, T, m->q);
+        be->add(be, m->x, m->q, T * d);
+    }
+    /* Only the requested rows go through the final norm and the vocabulary projection. */
+    for (int64_t i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= T)
+            return hx_err_set(err, HX_E_INVALID, "logit row %d outside the batch",
+                              b->logit_rows[i]);
+    be->gather_rows(be, m->x, b->logit_rows, b->n_logits, d, m->h);
+    be->rmsnorm(be, m->h, m->out_norm, b->n_logits, d, hp->norm_eps, m->h);
+    be->matmul(be, m->output, NULL, m->h, b->n_logits, m->logits);
+    be->read(be, logits, m->logits, (size_t)b->n_logits * (size_t)hp->n_vocab * sizeof(float));
+    return HX_OK;
+}

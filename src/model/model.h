@@ -1,0 +1,68 @@
+/* model.h - a model bound for inference, and the dimension vocabulary used everywhere.
+ *
+ * Dimension names (used in every shape comment of the project): n_tok rows of a flat batch,
+ * d_model hidden size, d_ff MLP size, n_head query heads, n_kv_head key/value heads, d_head
+ * per-head size, n_vocab vocabulary, n_ctx positions in a sequence's cache.
+ *
+ * hx_llm binds the weights of a hx_model_files description (borrowed: it must outlive the
+ * hx_llm) to one backend, computes the RoPE table once, and owns the activation buffers of one
+ * step, sized for max_tok rows. The forward pass takes a flat batch: rows of several sequences,
+ * each row with its token, position and sequence; rows of one sequence are contiguous. */
+#ifndef HX_MODEL_MODEL_H
+#define HX_MODEL_MODEL_H
+#include "backend/backend.h"
+#include "format/model_files.h"
+
+typedef struct {
+    const hx_tensor *attn_norm, *wq, *wk, *wv, *wo; /* wq: [n_head*d_head, d_model] ... */
+    const hx_tensor *bq, *bk, *bv;                  /* NULL unless the family has biases */
+    const hx_tensor *q_norm, *k_norm;               /* [d_head]; NULL unless qk-norm */
+    const hx_tensor *ffn_norm, *w_gate, *w_up, *w_down;
+} hx_layer;
+
+typedef struct {
+    int64_t          n_tok;
+    const int32_t   *tokens;     /* [n_tok] */
+    const int32_t   *pos;        /* [n_tok] position of each row in its sequence */
+    const int32_t   *seq;        /* [n_tok] index into seqs; rows of a sequence are contiguous */
+    const hx_kv_seq *seqs;       /* block tables, n_ctx counting this batch's rows */
+    int32_t          n_seqs;
+    const int32_t   *logit_rows; /* rows whose logits are wanted, ascending */
+    int64_t          n_logits;
+} hx_batch;
+
+typedef struct hx_llm {
+    const hx_model_files *mf;   /* borrowed */
+    hx_hparams            hp;
+    hx_backend           *be;   /* borrowed */
+    hx_layer             *layers;
+    const hx_tensor      *tok_embd, *out_norm, *output;
+    float                *inv_freq;
+    hx_rope               rope;
+    int64_t               max_tok;
+    /* one step's activations, backend memory */
+    float *x;      /* [max_tok, d_model] residual stream */
+    float *h;      /* [max_tok, max(d_model, n_head*d_head)] normed input / attention out */
+    float *q, *k, *v; /* [max_tok, n_head*d_head], [max_tok, kv_dim] x2 */
+    float *gate, *up; /* [max_tok, d_ff] */
+    float *logits; /* [max_tok, n_vocab] */
+} hx_llm;
+
+/* Binds mf's weights for inference on be with steps of up to max_tok rows. Fails with
+ * HX_E_UNSUPPORTED naming the architecture when the family has no forward pass, or
+ * HX_E_FORMAT naming the missing tensor. */
+hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok, hx_llm **out,
+                      hx_err *err);
+void      hx_llm_close(hx_llm *m);
+
+/* Runs one step: stores the batch's K/V in kv and writes the logits of batch->logit_rows into
+ * logits ([n_logits, n_vocab], host memory). */
+hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, const hx_batch *batch, float *logits,
+                         hx_err *err);
+
+/* Fills inv_freq[n_rot/2] and the magnitude factor for the model's RoPE scaling (exposed for
+ * tests). freq_factors (llama3 GGUFs' rope_freqs.weight) may be NULL. */
+void hx_rope_init(const hx_hparams *hp, int32_t n_rot, const hx_tensor *freq_factors,
+                  float *inv_freq, float *mscale);
+
+#endif
