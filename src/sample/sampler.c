@@ -1,0 +1,259 @@
+/* sampler.c - the sampler chain (see sampler.h for the order and its reasons).
+ *
+ * Truncation needs the best candidates in order. A full sort of a 150k vocabulary costs more
+ * than a decode step of a small model, so candidates are first cut with a bounded selection
+ * (the k best, k = top_k or 256) and sorted; only when top-p needs more mass than those hold
+ * does it fall back to sorting everything. The generator is xoshiro256** seeded by splitmix64. */
+#include "sample/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+
+typedef struct {
+    int32_t id;
+    float   v;
+} cand;
+
+struct hx_sampler {
+    hx_sampling p;
+    int32_t     n_vocab;
+    int32_t    *bias_ids;
+    float      *bias_values;
+    int32_t    *hist;     /* ring of the last `hist_cap` tokens */
+    int32_t     hist_cap, hist_n, hist_pos;
+    int32_t    *counts;   /* [n_vocab] occurrences in the window */
+    cand       *cands;    /* [n_vocab] */
+    uint64_t    rng[4];
+};
+
+hx_sampling hx_sampling_default(void)
+{
+    return (hx_sampling){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+                         .repeat_penalty = 1.0f, .penalty_last_n = 64};
+}
+
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t next_u64(uint64_t *s)
+{
+    const uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double next_unit(uint64_t *s) { return (double)(next_u64(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+void hx_sampler_reset(hx_sampler *s)
+{
+    uint64_t x = s->p.seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix(&x);
+    memset(s->counts, 0, (size_t)s->n_vocab * sizeof *s->counts);
+    s->hist_n = s->hist_pos = 0;
+}
+
+hx_status hx_sampler_init(const hx_sampling *p, int32_t n_vocab, hx_sampler **out, hx_err *err)
+{
+    if (!(p->temperature >= 0) || p->top_k < 0 || !(p->top_p > 0 && p->top_p <= 1) ||
+        !(p->min_p >= 0 && p->min_p <= 1) || !(p->repeat_penalty > 0) ||
+        p->n_logprobs < 0 || p->n_logprobs > HX_MAX_LOGPROBS || p->n_bias < 0 || n_vocab < 1)
+        return hx_err_set(err, HX_E_INVALID,
+                          "sampling settings out of range (temperature >= 0, top_k >= 0, "
+                          "0 < top_p <= 1, 0 <= min_p <= 1, repeat_penalty > 0, logprobs 0..%d)",
+                          HX_MAX_LOGPROBS);
+    for (int32_t i = 0; i < p->n_bias; i++)
+        if (p->bias_ids[i] < 0 || p->bias_ids[i] >= n_vocab)
+            return hx_err_set(err, HX_E_INVALID, "logit bias for token %d outside the vocabulary "
+                              "(%d tokens)", p->bias_ids[i], n_vocab);
+    hx_sampler *s = hx_calloc(1, sizeof *s);
+    if (!s) return hx_err_set(err, HX_E_NOMEM, "out of memory");
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->hist_cap = p->penalty_last_n < 0 ? 1 << 20 : p->penalty_last_n > 0 ? p->penalty_last_n : 1;
+    s->counts = hx_calloc((size_t)n_vocab, sizeof *s->counts);
+    s->cands = hx_alloc((size_t)n_vocab * sizeof *s->cands);
+    s->hist = hx_alloc((size_t)s->hist_cap * sizeof *s->hist);
+    s->bias_ids = hx_alloc((size_t)(p->n_bias + 1) * sizeof *s->bias_ids);
+    s->bias_values = hx_alloc((size_t)(p->n_bias + 1) * sizeof *s->bias_values);
+    if (!s->counts || !s->cands || !s->hist || !s->bias_ids || !s->bias_values) {
+        hx_sampler_free(s);
+        return hx_err_set(err, HX_E_NOMEM, "out of memory");
+    }
+    if (p->n_bias) {
+        memcpy(s->bias_ids, p->bias_ids, (size_t)p->n_bias * sizeof *s->bias_ids);
+        memcpy(s->bias_values, p->bias_values, (size_t)p->n_bias * sizeof *s->bias_values);
+    }
+    s->p.bias_ids = s->bias_ids;
+    s->p.bias_values = s->bias_values;
+    hx_sampler_reset(s);
+    *out = s;
+    return HX_OK;
+}
+
+void hx_sampler_free(hx_sampler *s)
+{
+    if (!s) return;
+    hx_free(s->counts);
+    hx_free(s->cands);
+    hx_free(s->hist);
+    hx_free(s->bias_ids);
+    hx_free(s->bias_values);
+    hx_free(s);
+}
+
+void hx_sampler_accept(hx_sampler *s, int32_t token)
+{
+    if (token < 0 || token >= s->n_vocab) return;
+    if (s->hist_n == s->hist_cap) { /* the oldest token leaves the window */
+        s->counts[s->hist[s->hist_pos]]--;
+    } else {
+        s->hist_n++;
+    }
+    s->hist[s->hist_pos] = token;
+    s->hist_pos = (s->hist_pos + 1) % s->hist_cap;
+    s->counts[token]++;
+}
+
+static int cmp_cand(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->v != y->v) return x->v < y->v ? 1 : -1;
+    return (x->id > y->id) - (x->id < y->id); /* ties: lower id first, deterministically */
+}
+
+/* Moves the k largest of c[0..n) to the front, sorted descending; returns k. */
+static int32_t select_top(cand *c, int32_t n, int32_t k)
+{
+    if (k >= n) {
+        qsort(c, (size_t)n, sizeof *c, cmp_cand);
+        return n;
+    }
+    /* A min-heap of the best k seen so far, kept in c[0..k). */
+    for (int32_t i = k / 2 - 1; i >= 0; i--) {
+        for (int32_t j = i;;) {
+            int32_t m = j, l = 2 * j + 1, r = l + 1;
+            if (l < k && cmp_cand(&c[l], &c[m]) > 0) m = l;
+            if (r < k && cmp_cand(&c[r], &c[m]) > 0) m = r;
+            if (m == j) break;
+            cand t = c[j]; c[j] = c[m]; c[m] = t; j = m;
+        }
+    }
+    for (int32_t i = k; i < n; i++) {
+        if (cmp_cand(&c[i], &c[0]) >= 0) continue; /* not better than the worst kept */
+        cand t = c[0]; c[0] = c[i]; c[i] = t;
+        for (int32_t j = 0;;) {
+            int32_t m = j, l = 2 * j + 1, r = l + 1;
+            if (l < k && cmp_cand(&c[l], &c[m]) > 0) m = l;
+            if (r < k && cmp_cand(&c[r], &c[m]) > 0) m = r;
+            if (m == j) break;
+            cand u = c[j]; c[j] = c[m]; c[m] = u; j = m;
+        }
+    }
+    qsort(c, (size_t)k, sizeof *c, cmp_cand);
+    return k;
+}
+
+int32_t hx_sampler_sample(hx_sampler *s, float *logits, hx_token_logprobs *lp)
+{
+    const hx_sampling *p = &s->p;
+    const int32_t V = s->n_vocab;
+    for (int32_t i = 0; i < p->n_bias; i++) logits[p->bias_ids[i]] += p->bias_values[i];
+    if (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f)
+        for (int32_t i = 0; i < s->hist_n; i++) {
+            const int32_t t = s->hist[i];
+            if (s->counts[t] <= 0) continue; /* already penalized (counts is cleared below) */
+            float v = logits[t];
+            v = v > 0 ? v / p->repeat_penalty : v * p->repeat_penalty;
+            v -= p->presence_penalty + p->frequency_penalty * (float)s->counts[t];
+            logits[t] = v;
+            s->counts[t] = -s->counts[t]; /* mark as done for this step */
+        }
+    for (int32_t i = 0; i < s->hist_n; i++)
+        if (s->counts[s->hist[i]] < 0) s->counts[s->hist[i]] = -s->counts[s->hist[i]];
+
+    /* log-softmax normaliser of the adjusted logits, for log-probabilities */
+    float mx = -INFINITY;
+    int32_t best = 0;
+    for (int32_t i = 0; i < V; i++)
+        if (logits[i] > mx) mx = logits[i], best = i;
+    double z = 0.0;
+    for (int32_t i = 0; i < V; i++) z += exp((double)(logits[i] - mx));
+    const float log_z = mx + (float)log(z);
+
+    int32_t chosen = best;
+    if (p->temperature > 0.0f) {
+        /* Candidates: the top_k best (sorted); for top-p the best 256 (sorted) when they hold
+         * enough mass, else all sorted; otherwise all, unsorted (nothing needs the order). */
+        int32_t n = V;
+        for (int32_t i = 0; i < V; i++) s->cands[i] = (cand){i, logits[i]};
+        if (p->top_k > 0) {
+            n = select_top(s->cands, V, p->top_k);
+        } else if (p->top_p < 1.0f) {
+            n = select_top(s->cands, V, V < 256 ? V : 256);
+            double kept = 0.0, all = 0.0;
+            for (int32_t i = 0; i < n; i++) kept += exp((double)(s->cands[i].v - mx) / p->temperature);
+            for (int32_t i = 0; i < V; i++) all += exp((double)(logits[i] - mx) / p->temperature);
+            if (kept < p->top_p * all) {
+                for (int32_t i = 0; i < V; i++) s->cands[i] = (cand){i, logits[i]};
+                n = select_top(s->cands, V, V);
+            }
+        }
+        /* Weights relative to the best logit; `total` is the mass of the whole vocabulary. */
+        double total = 0.0;
+        for (int32_t i = 0; i < V; i++) total += exp((double)(logits[i] - mx) / p->temperature);
+        for (int32_t i = 0; i < n; i++)
+            s->cands[i].v = (float)exp((double)(s->cands[i].v - mx) / p->temperature);
+        int32_t keep = n;
+        if (p->top_p < 1.0f) {
+            double acc = 0.0;
+            for (int32_t i = 0; i < n; i++) {
+                acc += s->cands[i].v / total;
+                if (acc >= p->top_p) { keep = i + 1; break; }
+            }
+        }
+        if (p->min_p > 0.0f) { /* the best candidate has weight 1 */
+            int32_t k = 0;
+            for (int32_t i = 0; i < keep; i++)
+                if (s->cands[i].v >= p->min_p) s->cands[k++] = s->cands[i];
+            keep = k > 0 ? k : 1;
+        }
+        double sum = 0.0;
+        for (int32_t i = 0; i < keep; i++) sum += s->cands[i].v;
+        double r = next_unit(s->rng) * sum;
+        chosen = s->cands[keep - 1].id;
+        for (int32_t i = 0; i < keep; i++) {
+            r -= s->cands[i].v;
+            if (r < 0) { chosen = s->cands[i].id; break; }
+        }
+    }
+    if (lp) {
+        lp->token = chosen;
+        lp->logprob = logits[chosen] - log_z;
+        lp->n_top = p->n_logprobs;
+        if (p->n_logprobs > 0) {
+            for (int32_t i = 0; i < V; i++) s->cands[i] = (cand){i, logits[i]};
+            select_top(s->cands, V, p->n_logprobs);
+            for (int32_t i = 0; i < p->n_logprobs; i++) {
+                lp->top_ids[i] = s->cands[i].id;
+                lp->top_logprobs[i] = s->cands[i].v - log_z;
+            }
+        }
+    }
+    return chosen;
+}
