@@ -4,6 +4,8 @@
 #define HX_CLI_H
 
 int hx_cmd_inspect(int argc, char **argv);
+int hx_cmd_run(int argc, char **argv);        /* cmd_run.c */
+int hx_cmd_chat(int argc, char **argv);       /* cmd_run.c */
 int hx_cmd_ls(int argc, char **argv);
 int hx_cmd_tokenize(int argc, char **argv);   /* cmd_tokenize.c */
 int hx_cmd_detokenize(int argc, char **argv); /* cmd_tokenize.c */

@@ -13,6 +13,8 @@ typedef struct {
 } verb;
 
 static const verb verbs[] = {
+    {"run",     hx_cmd_run,     "MODEL \"PROMPT\": generate a reply (chat template applied; --raw skips it)"},
+    {"chat",    hx_cmd_chat,    "MODEL: interactive multi-turn chat"},
     {"inspect", hx_cmd_inspect, "describe a model: architecture, sizes, tensors (--tensors, --json)"},
     {"ls",      hx_cmd_ls,      "list local models ($HEARTH_HOME/models and the Hugging Face cache)"},
     {"tokenize", hx_cmd_tokenize, "SOURCE [TEXT]: token ids and pieces (--json; no TEXT: JSON lines on stdin)"},

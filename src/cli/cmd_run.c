@@ -1,0 +1,303 @@
+/* cmd_run.c - `hearth run MODEL "prompt"` and `hearth chat MODEL`.
+ *
+ * Both apply the model's chat template (run --raw skips it), tokenize the rendered prompt with
+ * special tokens recognised, and stream the reply to stdout as it is generated. chat keeps one
+ * session for the whole conversation, so each turn re-runs only the new messages: the session
+ * reuses the KV cache of the longest common token prefix. */
+#define _POSIX_C_SOURCE 200809L
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "base/alloc.h"
+#include "cli/cli.h"
+#include "engine/session.h"
+#include "format/discover.h"
+#include "template/jinja.h"
+
+#define STEP_TOKENS 256 /* prefill chunk: rows per forward step */
+
+typedef struct {
+    const char   *model, *prompt, *system;
+    int           threads, ctx;
+    bool          raw, verbose, int8;
+    hx_gen_params gp;
+    bool          temp_set, top_k_set, top_p_set, min_p_set;
+    float         temp, top_p, min_p;
+    int           top_k;
+    uint64_t      seed;
+    bool          seed_set;
+} run_opts;
+
+typedef struct {
+    hx_model_files *mf;
+    hx_tokenizer   *tok;
+    hx_template    *tpl;
+    hx_backend     *be;
+    hx_llm         *llm;
+    hx_session     *sess;
+} loaded;
+
+static void usage(const char *verb)
+{
+    fprintf(stderr,
+            "usage: hearth %s MODEL%s [options]\n"
+            "  --temp T --top-k K --top-p P --min-p P --seed S   sampling (defaults: the model's\n"
+            "                                                   generation_config.json, else\n"
+            "                                                   0.8 / 40 / 0.95 / 0.05)\n"
+            "  --max-tokens N    reply length limit (default: until the context is full)\n"
+            "  --threads N       CPU threads (default: physical cores)\n"
+            "  --ctx N           context positions (default: the model's, at most 8192)\n"
+            "  --system TEXT     system prompt\n"
+            "  --int8            int8-activation matmul kernels: several times faster, less exact\n"
+            "                    (on SmolLM2-135M: 97%% teacher-forced top-1 agreement with the\n"
+            "                    exact reference, KL 0.004; the default is exact)\n"
+            "%s"
+            "  --verbose         print prompt and decode speed, time to first token, peak memory\n",
+            verb, strcmp(verb, "run") == 0 ? " \"PROMPT\"" : "",
+            strcmp(verb, "run") == 0 ? "  --raw             no chat template: the prompt is the text\n" : "");
+}
+
+static int parse(int argc, char **argv, const char *verb, run_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const bool has = i + 1 < argc;
+#define NEXT (argv[++i])
+        if (strcmp(a, "--raw") == 0) o->raw = true;
+        else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) o->verbose = true;
+        else if (strcmp(a, "--int8") == 0) o->int8 = true;
+        else if (strcmp(a, "--temp") == 0 && has) o->temp = strtof(NEXT, NULL), o->temp_set = true;
+        else if (strcmp(a, "--top-k") == 0 && has) o->top_k = atoi(NEXT), o->top_k_set = true;
+        else if (strcmp(a, "--top-p") == 0 && has) o->top_p = strtof(NEXT, NULL), o->top_p_set = true;
+        else if (strcmp(a, "--min-p") == 0 && has) o->min_p = strtof(NEXT, NULL), o->min_p_set = true;
+        else if (strcmp(a, "--seed") == 0 && has) o->seed = strtoull(NEXT, NULL, 10), o->seed_set = true;
+        else if (strcmp(a, "--max-tokens") == 0 && has) o->gp.max_tokens = atoi(NEXT);
+        else if (strcmp(a, "--threads") == 0 && has) o->threads = atoi(NEXT);
+        else if (strcmp(a, "--ctx") == 0 && has) o->ctx = atoi(NEXT);
+        else if (strcmp(a, "--system") == 0 && has) o->system = NEXT;
+        else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "hearth %s: unknown option or missing value: %s\n", verb, a);
+            return 2;
+        } else if (!o->model) o->model = a;
+        else if (!o->prompt && strcmp(verb, "run") == 0) o->prompt = a;
+        else {
+            fprintf(stderr, "hearth %s: unexpected argument: %s\n", verb, a);
+            return 2;
+        }
+#undef NEXT
+    }
+    if (!o->model || (strcmp(verb, "run") == 0 && !o->prompt)) {
+        usage(verb);
+        return 2;
+    }
+    if (o->threads < 0 || o->ctx < 0) {
+        fprintf(stderr, "hearth %s: --threads and --ctx must not be negative\n", verb);
+        return 2;
+    }
+    return 0;
+}
+
+static void unload(loaded *l)
+{
+    hx_session_free(l->sess);
+    hx_llm_close(l->llm);
+    if (l->be) l->be->destroy(l->be);
+    hx_template_free(l->tpl);
+    hx_tokenizer_close(l->tok);
+    hx_model_files_close(l->mf);
+}
+
+static int load(run_opts *o, loaded *l)
+{
+    memset(l, 0, sizeof *l);
+    hx_err err = {0};
+    char *path = NULL;
+    hx_status st = hx_discover_resolve(o->model, &path, &err);
+    if (st == HX_OK) st = hx_model_files_open(path, &l->mf, &err);
+    hx_free(path);
+    if (st == HX_OK) st = hx_tokenizer_open(l->mf, &l->tok, &err);
+    if (st == HX_OK && !o->raw && l->mf->chat_template)
+        st = hx_template_compile(l->mf->chat_template, strlen(l->mf->chat_template), &l->tpl, &err);
+    if (st == HX_OK)
+        st = hx_cpu_backend_create(o->threads, o->int8 ? HX_CPU_INT8_ACT : 0, &l->be, &err);
+    if (st == HX_OK) st = hx_llm_open(l->mf, l->be, STEP_TOKENS, &l->llm, &err);
+    if (st == HX_OK) {
+        int ctx = o->ctx;
+        if (ctx == 0) {
+            ctx = l->mf->hp.n_ctx_train > 0 ? l->mf->hp.n_ctx_train : 4096;
+            if (ctx > 8192) ctx = 8192;
+        }
+        st = hx_session_init(l->llm, l->tok, ctx, &l->sess, &err);
+    }
+    if (st != HX_OK) {
+        fprintf(stderr, "hearth: %s\n", err.msg);
+        unload(l);
+        return 1;
+    }
+    o->gp.sampling = hx_model_sampling_defaults(l->mf);
+    hx_sampling *p = &o->gp.sampling;
+    if (o->temp_set) p->temperature = o->temp;
+    if (o->top_k_set) p->top_k = o->top_k;
+    if (o->top_p_set) p->top_p = o->top_p;
+    if (o->min_p_set) p->min_p = o->min_p;
+    if (o->seed_set) p->seed = o->seed;
+    else p->seed = (uint64_t)time(NULL);
+    return 0;
+}
+
+/* The text of a special token, for the template's bos_token / eos_token. */
+static json_t *token_text(const hx_tokenizer *tok, int32_t id)
+{
+    size_t n = 0;
+    const char *p = id >= 0 ? hx_tokenizer_piece(tok, id, &n) : "";
+    return json_stringn(p, n);
+}
+
+/* Renders messages through the template (or takes the last message's text when there is none)
+ * and tokenizes it; *ids is filled on success. */
+static hx_status prompt_ids(const loaded *l, json_t *messages, bool raw, hx_tok_ids *ids,
+                            hx_err *err)
+{
+    ids->n = 0;
+    if (raw || !l->tpl) {
+        json_t *last = json_array_get(messages, json_array_size(messages) - 1);
+        const char *text = json_string_value(json_object_get(last, "content"));
+        return hx_tokenizer_encode(l->tok, text, strlen(text),
+                                   HX_TOK_ADD_SPECIAL | HX_TOK_PARSE_SPECIAL, ids, err);
+    }
+    json_t *req = json_pack("{s:O, s:b, s:o, s:o}", "messages", messages, "add_generation_prompt", 1,
+                            "bos_token", token_text(l->tok, hx_tokenizer_bos(l->tok)),
+                            "eos_token", token_text(l->tok, hx_tokenizer_eos(l->tok)));
+    json_t *ctx = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    hx_status st = req ? hx_template_chat_context(req, &ctx, err)
+                       : hx_err_set(err, HX_E_NOMEM, "out of memory");
+    if (st == HX_OK) st = hx_template_render(l->tpl, ctx, &text, &len, err);
+    if (st == HX_OK) st = hx_tokenizer_encode(l->tok, text, len, HX_TOK_PARSE_SPECIAL, ids, err);
+    hx_free(text);
+    json_decref(ctx);
+    json_decref(req);
+    return st;
+}
+
+typedef struct {
+    char  *buf;
+    size_t len, cap;
+} reply;
+
+static bool print_piece(const char *text, size_t len, const hx_token_logprobs *lp, void *user)
+{
+    (void)lp;
+    reply *r = user;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    if (r) {
+        if (r->len + len + 1 > r->cap) {
+            size_t cap = (r->len + len + 1) * 2;
+            char *p = realloc(r->buf, cap);
+            if (!p) return false;
+            r->buf = p, r->cap = cap;
+        }
+        memcpy(r->buf + r->len, text, len);
+        r->len += len;
+        r->buf[r->len] = '\0';
+    }
+    return true;
+}
+
+static void print_stats(const hx_gen_stats *s)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    fprintf(stderr,
+            "\n[prompt %d tokens (%d cached) in %.1f ms = %.1f tok/s | generated %d tokens, "
+            "%.1f tok/s | first token %.1f ms | peak memory %.1f MiB | finish %s]\n",
+            s->n_prompt, s->n_cached, s->prompt_ms,
+            s->prompt_ms > 0 ? (s->n_prompt - s->n_cached) * 1e3 / s->prompt_ms : 0.0, s->n_gen,
+            s->gen_ms > 0 && s->n_gen > 1 ? (s->n_gen - 1) * 1e3 / s->gen_ms : 0.0, s->first_ms,
+            (double)ru.ru_maxrss / 1024.0,
+            s->finish == HX_FINISH_STOP ? "stop" : s->finish == HX_FINISH_LENGTH ? "length" : "cancelled");
+}
+
+static json_t *messages_start(const run_opts *o)
+{
+    json_t *m = json_array();
+    if (o->system) json_array_append_new(m, json_pack("{s:s, s:s}", "role", "system", "content", o->system));
+    return m;
+}
+
+int hx_cmd_run(int argc, char **argv)
+{
+    run_opts o;
+    loaded l;
+    int rc = parse(argc, argv, "run", &o);
+    if (rc) return rc;
+    if ((rc = load(&o, &l))) return rc;
+    json_t *msgs = messages_start(&o);
+    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", o.prompt));
+    hx_tok_ids ids = {0};
+    hx_err err = {0};
+    hx_gen_stats stats;
+    hx_status st = prompt_ids(&l, msgs, o.raw, &ids, &err);
+    if (st == HX_OK)
+        st = hx_session_generate(l.sess, ids.ids, (int32_t)ids.n, &o.gp, print_piece, NULL, &stats, &err);
+    if (st == HX_OK) {
+        putchar('\n');
+        if (o.verbose) print_stats(&stats);
+    } else {
+        fprintf(stderr, "hearth: %s\n", err.msg);
+        rc = 1;
+    }
+    hx_tok_ids_free(&ids);
+    json_decref(msgs);
+    unload(&l);
+    return rc;
+}
+
+int hx_cmd_chat(int argc, char **argv)
+{
+    run_opts o;
+    loaded l;
+    int rc = parse(argc, argv, "chat", &o);
+    if (rc) return rc;
+    if ((rc = load(&o, &l))) return rc;
+    json_t *msgs = messages_start(&o);
+    char line[8192];
+    hx_tok_ids ids = {0};
+    fprintf(stderr, "chatting with %s (Ctrl-D or /exit to leave)\n", o.model);
+    for (;;) {
+        fprintf(stderr, "> ");
+        if (!fgets(line, sizeof line, stdin)) break;
+        line[strcspn(line, "\n")] = '\0';
+        if (strcmp(line, "/exit") == 0) break;
+        if (!line[0]) continue;
+        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", line));
+        hx_err err = {0};
+        hx_gen_stats stats;
+        reply r = {0};
+        hx_status st = prompt_ids(&l, msgs, false, &ids, &err);
+        if (st == HX_OK)
+            st = hx_session_generate(l.sess, ids.ids, (int32_t)ids.n, &o.gp, print_piece, &r, &stats, &err);
+        if (st != HX_OK) {
+            fprintf(stderr, "hearth: %s\n", err.msg);
+            json_array_remove(msgs, json_array_size(msgs) - 1);
+            free(r.buf);
+            continue;
+        }
+        putchar('\n');
+        if (o.verbose) print_stats(&stats);
+        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "assistant", "content", r.buf ? r.buf : ""));
+        free(r.buf);
+    }
+    hx_tok_ids_free(&ids);
+    json_decref(msgs);
+    unload(&l);
+    return 0;
+}
