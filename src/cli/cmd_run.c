@@ -2,7 +2,7 @@
  *
  * Both apply the model's chat template (run --raw skips it), tokenize the rendered prompt with
  * special tokens recognised, and stream the reply to stdout as it is generated. chat keeps one
- * session for the whole conversation, so each turn re-runs only the new messages: the session
+ * sequence for the whole conversation, so each turn re-runs only the new messages: the sequence
  * reuses the KV cache of the longest common token prefix. */
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
@@ -15,7 +15,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "base/alloc.h"
 #include "cli/cli.h"
-#include "engine/session.h"
+#include "engine/sequence.h"
 #include "format/discover.h"
 #include "template/jinja.h"
 
@@ -39,7 +39,7 @@ typedef struct {
     hx_template    *tpl;
     hx_backend     *be;
     hx_llm         *llm;
-    hx_session     *sess;
+    hx_sequence    *seq;
 } loaded;
 
 static void usage(const char *verb)
@@ -105,7 +105,7 @@ static int parse(int argc, char **argv, const char *verb, run_opts *o)
 
 static void unload(loaded *l)
 {
-    hx_session_free(l->sess);
+    hx_sequence_free(l->seq);
     hx_llm_close(l->llm);
     if (l->be) l->be->destroy(l->be);
     hx_template_free(l->tpl);
@@ -133,7 +133,7 @@ static int load(run_opts *o, loaded *l)
             ctx = l->mf->hp.n_ctx_train > 0 ? l->mf->hp.n_ctx_train : 4096;
             if (ctx > 8192) ctx = 8192;
         }
-        st = hx_session_init(l->llm, l->tok, ctx, &l->sess, &err);
+        st = hx_sequence_init(l->llm, l->tok, ctx, &l->seq, &err);
     }
     if (st != HX_OK) {
         fprintf(stderr, "hearth: %s\n", err.msg);
@@ -247,7 +247,7 @@ int hx_cmd_run(int argc, char **argv)
     hx_gen_stats stats;
     hx_status st = prompt_ids(&l, msgs, o.raw, &ids, &err);
     if (st == HX_OK)
-        st = hx_session_generate(l.sess, ids.ids, (int32_t)ids.n, &o.gp, print_piece, NULL, &stats, &err);
+        st = hx_sequence_generate(l.seq, ids.ids, (int32_t)ids.n, &o.gp, print_piece, NULL, &stats, &err);
     if (st == HX_OK) {
         putchar('\n');
         if (o.verbose) print_stats(&stats);
@@ -284,7 +284,7 @@ int hx_cmd_chat(int argc, char **argv)
         reply r = {0};
         hx_status st = prompt_ids(&l, msgs, false, &ids, &err);
         if (st == HX_OK)
-            st = hx_session_generate(l.sess, ids.ids, (int32_t)ids.n, &o.gp, print_piece, &r, &stats, &err);
+            st = hx_sequence_generate(l.seq, ids.ids, (int32_t)ids.n, &o.gp, print_piece, &r, &stats, &err);
         if (st != HX_OK) {
             fprintf(stderr, "hearth: %s\n", err.msg);
             json_array_remove(msgs, json_array_size(msgs) - 1);

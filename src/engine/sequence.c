@@ -1,6 +1,6 @@
-/* session.c - the single-sequence generation loop (see session.h). */
+/* sequence.c - the single-sequence generation loop (see sequence.h). */
 #define _POSIX_C_SOURCE 200809L
-#include "engine/session.h"
+#include "engine/sequence.h"
 
 #include <jansson.h>
 #include <string.h>
@@ -10,7 +10,7 @@
 
 #define BLOCK_TOKENS 16
 
-struct hx_session {
+struct hx_sequence {
     hx_llm             *m;
     const hx_tokenizer *tok;
     hx_kv_pool         *pool;
@@ -29,11 +29,11 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-hx_status hx_session_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx_session **out,
+hx_status hx_sequence_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx_sequence **out,
                           hx_err *err)
 {
     if (n_ctx < 2) return hx_err_set(err, HX_E_INVALID, "context of %d positions is too small", n_ctx);
-    hx_session *s = hx_calloc(1, sizeof *s);
+    hx_sequence *s = hx_calloc(1, sizeof *s);
     if (!s) return hx_err_set(err, HX_E_NOMEM, "out of memory");
     s->m = m;
     s->tok = tok;
@@ -48,17 +48,17 @@ hx_status hx_session_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx_
     s->seq = hx_calloc((size_t)m->max_tok, sizeof(int32_t));
     s->rows = hx_alloc((size_t)m->max_tok * sizeof(int32_t));
     if (!s->tokens || !s->logits || !s->pos || !s->seq || !s->rows) {
-        st = hx_err_set(err, HX_E_NOMEM, "out of memory for a session");
+        st = hx_err_set(err, HX_E_NOMEM, "out of memory for a sequence");
         goto fail;
     }
     *out = s;
     return HX_OK;
 fail:
-    hx_session_free(s);
+    hx_sequence_free(s);
     return st;
 }
 
-void hx_session_free(hx_session *s)
+void hx_sequence_free(hx_sequence *s)
 {
     if (!s) return;
     if (s->pool) hx_kv_table_free(s->pool, &s->table);
@@ -71,14 +71,14 @@ void hx_session_free(hx_session *s)
     hx_free(s);
 }
 
-const int32_t *hx_session_tokens(const hx_session *s, int32_t *n)
+const int32_t *hx_sequence_tokens(const hx_sequence *s, int32_t *n)
 {
     *n = s->n_tokens;
     return s->tokens;
 }
 
 /* Runs ids[0..n) at the end of the cache; the logits of the last row land in s->logits. */
-static hx_status feed(hx_session *s, const int32_t *ids, int32_t n, hx_err *err)
+static hx_status feed(hx_sequence *s, const int32_t *ids, int32_t n, hx_err *err)
 {
     for (int32_t done = 0; done < n;) {
         const int32_t c = n - done < s->m->max_tok ? n - done : (int32_t)s->m->max_tok;
@@ -133,7 +133,7 @@ static long find_stop(const char *text, size_t n, const hx_gen_params *gp)
     return best;
 }
 
-hx_status hx_session_generate(hx_session *s, const int32_t *prompt, int32_t n,
+hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
                               const hx_gen_params *gp, hx_gen_cb cb, void *user,
                               hx_gen_stats *stats, hx_err *err)
 {

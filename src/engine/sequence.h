@@ -1,6 +1,6 @@
-/* session.h - one sequence's generation: prompt prefill, decode loop, stop conditions.
+/* sequence.h - one sequence's generation: prompt prefill, decode loop, stop conditions.
  *
- * A session holds a conversation's KV cache (a block table in the pool) and the tokens that
+ * A sequence holds a conversation's KV cache (a block table in the pool) and the tokens that
  * cache holds. Generating from a new prompt first keeps the longest common prefix of what is
  * cached (so a chat re-runs only the new turn), prefills the rest in chunks of the model's step
  * size, then decodes one token per step until an end-of-turn token, max_tokens, a stop string,
@@ -8,9 +8,9 @@
  * characters (hx_detok), with any text that could still become a stop string held back.
  *
  * This is the single-sequence engine (issue 4); the batching scheduler (issue 6) will drive the
- * same model forward with rows of many sessions. Owner: one thread at a time. */
-#ifndef HX_ENGINE_SESSION_H
-#define HX_ENGINE_SESSION_H
+ * same model forward with rows of many sequences. Owner: one thread at a time. */
+#ifndef HX_ENGINE_SEQUENCE_H
+#define HX_ENGINE_SEQUENCE_H
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -44,22 +44,22 @@ typedef struct {
  * HX_FINISH_CANCELLED. text is borrowed. */
 typedef bool (*hx_gen_cb)(const char *text, size_t len, const hx_token_logprobs *lp, void *user);
 
-typedef struct hx_session hx_session;
+typedef struct hx_sequence hx_sequence;
 
-/* A session over a model (borrowed), its tokenizer (borrowed) and a KV pool of its own sized for
+/* A sequence over a model (borrowed), its tokenizer (borrowed) and a KV pool of its own sized for
  * n_ctx positions. */
-hx_status hx_session_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx_session **out,
+hx_status hx_sequence_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx_sequence **out,
                           hx_err *err);
-void      hx_session_free(hx_session *s); /* accepts NULL */
+void      hx_sequence_free(hx_sequence *s); /* accepts NULL */
 
 /* Generates a continuation of prompt[0..n). HX_E_CONTEXT when the prompt leaves no room to
  * generate (message has both numbers). */
-hx_status hx_session_generate(hx_session *s, const int32_t *prompt, int32_t n,
+hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
                               const hx_gen_params *gp, hx_gen_cb cb, void *user,
                               hx_gen_stats *stats, hx_err *err);
 
 /* The tokens the cache holds (prompt + generated text of the last call), borrowed. */
-const int32_t *hx_session_tokens(const hx_session *s, int32_t *n);
+const int32_t *hx_sequence_tokens(const hx_sequence *s, int32_t *n);
 
 /* Sampling defaults of a model: hx_sampling_default() overridden by generation_config.json
  * (temperature, top_k, top_p, min_p, repetition_penalty) when the model has one. */
