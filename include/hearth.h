@@ -10,13 +10,27 @@
  *  - Strings the library returns stay valid until the next call on the same object.
  *  - Close/free functions accept NULL.
  *
- * Usage (inspecting a model's description; generation arrives with the engine, issue 4):
+ * Objects and threads:
+ *  - hx_model: weights (mapped), tokenizer and chat template; immutable once open and shareable
+ *    by any number of threads and sessions.
+ *  - hx_session: one conversation (its KV cache, its thread pool); one thread at a time.
+ *  - hx_model_info: a model's description without loading it for inference.
  *
- *     hx_model_info *info = NULL;
- *     char err[256];
- *     if (hx_model_info_open("smollm2", &info, err, sizeof err) != HX_OK) { puts(err); return 1; }
- *     printf("%s, %d layers\n", hx_model_info_arch(info), hx_model_info_n_layer(info));
- *     hx_model_info_close(info);
+ * Usage:
+ *
+ *     hx_model *model;
+ *     hx_session *chat;
+ *     char err[512];
+ *     if (hx_model_open("smollm2", NULL, &model, err, sizeof err) != HX_OK) { puts(err); return 1; }
+ *     hx_session_open(model, NULL, &chat);
+ *     char *prompt;
+ *     hx_model_apply_template(model, "[{\"role\": \"user\", \"content\": \"Hi!\"}]", true,
+ *                             &prompt);
+ *     hx_generate_params gp = hx_generate_params_default(model);
+ *     hx_session_generate(chat, prompt, &gp, print_piece, NULL, NULL);
+ *     hx_free_string(prompt);
+ *     hx_session_close(chat);
+ *     hx_model_close(model);
  */
 #ifndef HEARTH_H
 #define HEARTH_H
@@ -82,6 +96,88 @@ HX_API int32_t     hx_model_info_n_vocab(const hx_model_info *info);
 HX_API int64_t     hx_model_info_n_params(const hx_model_info *info);
 /* The model description as a JSON object (the same as `hearth inspect --json`); borrowed. */
 HX_API const char *hx_model_info_json(hx_model_info *info);
+
+/* ---- inference ---- */
+
+typedef struct hx_model   hx_model;   /* opaque */
+typedef struct hx_session hx_session; /* opaque */
+
+typedef struct {        /* fields are appended, never reordered */
+    int32_t n_threads;  /* 0: one per physical core */
+    int32_t n_ctx;      /* positions per session; 0: the model's, at most 8192 */
+    bool    int8_kernels; /* faster int8-activation matmuls, slightly less exact */
+} hx_model_params;
+HX_API hx_model_params hx_model_params_default(void);
+
+/* Opens MODEL (a path, a Hugging Face repo id in the HF cache, or part of a local model's name)
+ * for inference. params may be NULL (defaults). On success *out owns the model
+ * (hx_model_close); on failure errbuf, if given, gets one line naming the file and problem. */
+HX_API hx_status hx_model_open(const char *model, const hx_model_params *params, hx_model **out,
+                               char *errbuf, size_t errbuf_len);
+HX_API void      hx_model_close(hx_model *model); /* after every session of it is closed */
+
+/* Renders a conversation through the model's chat template. messages_json is a JSON array of
+ * {"role": ..., "content": ...} objects (content a string or a list of {"type": "text", "text"}
+ * parts). On success *out is a new string the caller frees with hx_free_string. HX_E_INVALID for
+ * malformed JSON or a template that raises; HX_E_NOTFOUND when the model has no template. */
+HX_API hx_status hx_model_apply_template(hx_model *model, const char *messages_json,
+                                         bool add_generation_prompt, char **out);
+HX_API void      hx_free_string(char *s); /* accepts NULL */
+
+/* Token ids of text (special tokens such as <|im_end|> recognised when parse_special). Writes up
+ * to max ids to ids and the full count to *n; a count above max means the array was too small
+ * (nothing else is wrong: call again with a larger one). */
+HX_API hx_status hx_model_tokenize(hx_model *model, const char *text, size_t len,
+                                   bool parse_special, int32_t *ids, size_t max, size_t *n);
+
+typedef struct {                 /* fields are appended, never reordered */
+    float       temperature;     /* 0: greedy */
+    int32_t     top_k;           /* 0: off */
+    float       top_p;           /* 1: off */
+    float       min_p;           /* 0: off */
+    float       repeat_penalty;  /* 1: off */
+    float       presence_penalty;
+    float       frequency_penalty;
+    uint64_t    seed;
+    int32_t     max_tokens;      /* <= 0: until the context is full */
+    const char *const *stop;     /* stop strings (borrowed for the call) */
+    int32_t     n_stop;
+} hx_generate_params;
+
+/* The model's sampling defaults (its generation_config.json, else hearth's), seed 0, no limit. */
+HX_API hx_generate_params hx_generate_params_default(const hx_model *model);
+
+typedef enum { HX_FINISH_REASON_STOP = 0, HX_FINISH_REASON_LENGTH = 1,
+               HX_FINISH_REASON_CANCELLED = 2 } hx_finish_reason;
+
+typedef struct {
+    int32_t          n_prompt;      /* prompt tokens */
+    int32_t          n_cached;      /* of which reused from the session's cache */
+    int32_t          n_generated;
+    double           prompt_ms;     /* prefill time */
+    double           generate_ms;   /* decode time after the first token */
+    double           first_token_ms;
+    hx_finish_reason finish;
+} hx_generate_stats;
+
+/* Receives generated text as it becomes final (whole UTF-8 characters). `piece` is borrowed:
+ * copy it. Return false to stop: generation then finishes with HX_FINISH_REASON_CANCELLED. */
+typedef bool (*hx_piece_cb)(const char *piece, size_t len, void *user_data);
+
+/* A conversation over model. params may be NULL (the model's params). *out is closed with
+ * hx_session_close, which accepts NULL. */
+HX_API hx_status hx_session_open(hx_model *model, const hx_model_params *params,
+                                 hx_session **out);
+HX_API void      hx_session_close(hx_session *s);
+
+/* Generates a continuation of prompt (text; special tokens recognised, as rendered by
+ * hx_model_apply_template), streaming it to cb. The session keeps its KV cache: a prompt that
+ * extends the previous one (the next chat turn) re-runs only what is new. stats may be NULL.
+ * HX_E_CONTEXT when the prompt does not fit the context; details via hx_session_errmsg. */
+HX_API hx_status hx_session_generate(hx_session *s, const char *prompt,
+                                     const hx_generate_params *params, hx_piece_cb cb,
+                                     void *user_data, hx_generate_stats *stats);
+HX_API const char *hx_session_errmsg(const hx_session *s); /* detail of the last failure */
 
 #ifdef __cplusplus
 }

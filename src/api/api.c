@@ -1,0 +1,207 @@
+/* api.c - the public inference API of hearth.h over the engine.
+ *
+ * hx_model owns what every conversation shares and never changes: the model files (mapped),
+ * the tokenizer and the compiled chat template. hx_session owns what one conversation mutates:
+ * a backend (its thread pool and scratch), the bound model (activation buffers) and a sequence
+ * (KV cache). */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "base/alloc.h"
+#include "engine/sequence.h"
+#include "format/discover.h"
+#include "hearth.h"
+#include "template/jinja.h"
+
+#define STEP_TOKENS 256
+
+struct hx_model {
+    hx_model_files *mf;
+    hx_tokenizer   *tok;
+    hx_template    *tpl; /* NULL when the model has no chat template */
+    hx_model_params params;
+};
+
+struct hx_session {
+    hx_model    *model; /* borrowed */
+    hx_backend  *be;
+    hx_llm      *llm;
+    hx_sequence *seq;
+    hx_err       err;
+};
+
+HX_API hx_model_params hx_model_params_default(void)
+{
+    return (hx_model_params){.n_threads = 0, .n_ctx = 0, .int8_kernels = false};
+}
+
+HX_API void hx_free_string(char *s) { hx_free(s); }
+
+HX_API hx_status hx_model_open(const char *model, const hx_model_params *params, hx_model **out,
+                               char *errbuf, size_t errbuf_len)
+{
+    hx_err err = {0};
+    char *path = NULL;
+    hx_model *m = hx_calloc(1, sizeof *m);
+    hx_status st = m ? hx_discover_resolve(model, &path, &err)
+                     : hx_err_set(&err, HX_E_NOMEM, "out of memory");
+    if (st == HX_OK) st = hx_model_files_open(path, &m->mf, &err);
+    if (st == HX_OK) st = hx_tokenizer_open(m->mf, &m->tok, &err);
+    if (st == HX_OK && m->mf->chat_template)
+        st = hx_template_compile(m->mf->chat_template, strlen(m->mf->chat_template), &m->tpl, &err);
+    hx_free(path);
+    if (st != HX_OK) {
+        if (errbuf && errbuf_len) snprintf(errbuf, errbuf_len, "%s", err.msg);
+        hx_model_close(m);
+        return st;
+    }
+    m->params = params ? *params : hx_model_params_default();
+    *out = m;
+    return HX_OK;
+}
+
+HX_API void hx_model_close(hx_model *m)
+{
+    if (!m) return;
+    hx_template_free(m->tpl);
+    hx_tokenizer_close(m->tok);
+    hx_model_files_close(m->mf);
+    hx_free(m);
+}
+
+static json_t *token_text(const hx_tokenizer *tok, int32_t id)
+{
+    size_t n = 0;
+    const char *p = id >= 0 ? hx_tokenizer_piece(tok, id, &n) : "";
+    return json_stringn(p, n);
+}
+
+HX_API hx_status hx_model_apply_template(hx_model *m, const char *messages_json,
+                                         bool add_generation_prompt, char **out)
+{
+    if (!m->tpl) return HX_E_NOTFOUND;
+    json_t *msgs = json_loads(messages_json, 0, NULL);
+    if (!json_is_array(msgs)) {
+        json_decref(msgs);
+        return HX_E_INVALID;
+    }
+    json_t *req = json_pack("{s:o, s:b, s:o, s:o}", "messages", msgs, "add_generation_prompt",
+                            add_generation_prompt, "bos_token",
+                            token_text(m->tok, hx_tokenizer_bos(m->tok)), "eos_token",
+                            token_text(m->tok, hx_tokenizer_eos(m->tok)));
+    json_t *ctx = NULL;
+    hx_err err = {0};
+    char *text = NULL;
+    hx_status st = req ? hx_template_chat_context(req, &ctx, &err) : HX_E_NOMEM;
+    if (st == HX_OK) st = hx_template_render(m->tpl, ctx, &text, NULL, &err);
+    json_decref(ctx);
+    json_decref(req);
+    if (st == HX_OK) *out = text;
+    return st;
+}
+
+HX_API hx_status hx_model_tokenize(hx_model *m, const char *text, size_t len, bool parse_special,
+                                   int32_t *ids, size_t max, size_t *n)
+{
+    hx_tok_ids v = {0};
+    hx_err err = {0};
+    hx_status st = hx_tokenizer_encode(m->tok, text, len, parse_special ? HX_TOK_PARSE_SPECIAL : 0,
+                                       &v, &err);
+    if (st == HX_OK) {
+        *n = v.n;
+        memcpy(ids, v.ids, (v.n < max ? v.n : max) * sizeof *ids);
+    }
+    hx_tok_ids_free(&v);
+    return st;
+}
+
+HX_API hx_generate_params hx_generate_params_default(const hx_model *m)
+{
+    const hx_sampling s = hx_model_sampling_defaults(m->mf);
+    return (hx_generate_params){.temperature = s.temperature, .top_k = s.top_k, .top_p = s.top_p,
+                                .min_p = s.min_p, .repeat_penalty = s.repeat_penalty,
+                                .presence_penalty = s.presence_penalty,
+                                .frequency_penalty = s.frequency_penalty, .seed = 0};
+}
+
+HX_API hx_status hx_session_open(hx_model *m, const hx_model_params *params, hx_session **out)
+{
+    const hx_model_params p = params ? *params : m->params;
+    hx_session *s = hx_calloc(1, sizeof *s);
+    if (!s) return HX_E_NOMEM;
+    s->model = m;
+    hx_status st = hx_cpu_backend_create(p.n_threads, p.int8_kernels ? HX_CPU_INT8_ACT : 0,
+                                         &s->be, &s->err);
+    if (st == HX_OK) st = hx_llm_open(m->mf, s->be, STEP_TOKENS, &s->llm, &s->err);
+    if (st == HX_OK) {
+        int32_t ctx = p.n_ctx;
+        if (ctx <= 0) {
+            ctx = m->mf->hp.n_ctx_train > 0 ? m->mf->hp.n_ctx_train : 4096;
+            if (ctx > 8192) ctx = 8192;
+        }
+        st = hx_sequence_init(s->llm, m->tok, ctx, &s->seq, &s->err);
+    }
+    if (st != HX_OK) {
+        hx_session_close(s);
+        return st;
+    }
+    *out = s;
+    return HX_OK;
+}
+
+HX_API void hx_session_close(hx_session *s)
+{
+    if (!s) return;
+    hx_sequence_free(s->seq);
+    hx_llm_close(s->llm);
+    if (s->be) s->be->destroy(s->be);
+    hx_free(s);
+}
+
+HX_API const char *hx_session_errmsg(const hx_session *s) { return s->err.msg; }
+
+typedef struct {
+    hx_piece_cb cb;
+    void       *user;
+} cb_bridge;
+
+static bool bridge(const char *text, size_t len, const hx_token_logprobs *lp, void *user)
+{
+    (void)lp;
+    const cb_bridge *b = user;
+    return b->cb ? b->cb(text, len, b->user) : true;
+}
+
+HX_API hx_status hx_session_generate(hx_session *s, const char *prompt,
+                                     const hx_generate_params *params, hx_piece_cb cb,
+                                     void *user_data, hx_generate_stats *stats)
+{
+    s->err = (hx_err){0};
+    const hx_generate_params p = params ? *params : hx_generate_params_default(s->model);
+    hx_gen_params gp = {.max_tokens = p.max_tokens, .stop = p.stop, .n_stop = p.n_stop};
+    gp.sampling = hx_sampling_default();
+    gp.sampling.temperature = p.temperature;
+    gp.sampling.top_k = p.top_k;
+    gp.sampling.top_p = p.top_p;
+    gp.sampling.min_p = p.min_p;
+    gp.sampling.repeat_penalty = p.repeat_penalty;
+    gp.sampling.presence_penalty = p.presence_penalty;
+    gp.sampling.frequency_penalty = p.frequency_penalty;
+    gp.sampling.seed = p.seed;
+    hx_tok_ids ids = {0};
+    hx_gen_stats gs = {0};
+    cb_bridge b = {cb, user_data};
+    hx_status st = hx_tokenizer_encode(s->model->tok, prompt, strlen(prompt), HX_TOK_PARSE_SPECIAL,
+                                       &ids, &s->err);
+    if (st == HX_OK)
+        st = hx_sequence_generate(s->seq, ids.ids, (int32_t)ids.n, &gp, bridge, &b, &gs, &s->err);
+    hx_tok_ids_free(&ids);
+    if (st == HX_OK && stats)
+        *stats = (hx_generate_stats){.n_prompt = gs.n_prompt, .n_cached = gs.n_cached,
+                                     .n_generated = gs.n_gen, .prompt_ms = gs.prompt_ms,
+                                     .generate_ms = gs.gen_ms, .first_token_ms = gs.first_ms,
+                                     .finish = (hx_finish_reason)gs.finish};
+    return st;
+}
