@@ -25,9 +25,11 @@ build: deps
 starter-model:
 	@scripts/starter-model.sh
 
-# Until the server lands (issue 5) `make run` prepares everything and describes the starter model.
+# Until the server lands (issue 5) `make run` prepares everything, describes the starter model and
+# starts a chat with it.
 run: build starter-model
 	$(BUILD)/hearth inspect smollm2
+	$(BUILD)/hearth chat smollm2
 
 test-deps: deps
 	@scripts/test-deps.sh

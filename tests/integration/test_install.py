@@ -45,3 +45,14 @@ def test_example_builds_against_the_installed_library(prefix, tmp_path, starter,
     out = subprocess.run([str(exe), "smollm2"], check=True, capture_output=True, text=True,
                          env=env).stdout
     assert out.startswith("llama (gguf): 30 layers, hidden 576, vocab 49152, 134515008 parameters")
+
+
+def test_generate_example_answers(prefix, tmp_path, starter):
+    flags, libdir = pkg_config(prefix, "--cflags", "--libs")
+    exe = tmp_path / "generate"
+    subprocess.run(["cc", os.path.join(ROOT, "examples", "generate.c"), *flags, "-o", str(exe)],
+                   check=True)
+    env = dict(os.environ, LD_LIBRARY_PATH=str(libdir))
+    out = subprocess.run([str(exe), "smollm2", "What is the capital of France?"], check=True,
+                         capture_output=True, text=True, env=env, timeout=300).stdout
+    assert "Paris" in out and "prompt tokens" in out
