@@ -9,7 +9,9 @@
  *    "hot" reuses one matrix (L2/L3 resident: compute speed); "cold" walks copies totalling
  *    >= 256 MiB so every call streams its weights from DRAM, the decode situation. Printed:
  *    ns per matmul, GB/s of weight bytes, and for cold the fraction of the streaming roofline;
- *  - prefill (batch 512): every matmul variant, in GOP/s and fraction of the VNNI peak.
+ *  - prefill (batch 512): every matmul variant, in GOP/s and fraction of the VNNI peak;
+ *  - the same for every f32-activation matmul variant (fmatmul_*.c, the exact default path),
+ *    labelled "f32act/<isa>": decode is one call over one row, prefill one call over 512 rows.
  * K-quants need rows that are multiples of 256, so they skip the 576-wide shape.
  * Build by hand until CMake has hx-dot-bench:
  *   gcc -std=c11 -O3 -Iinclude -Isrc bench/kernels/dot_bench.c build/libhearth.a -lm -lpthread
@@ -217,6 +219,24 @@ static double time_decode(hx_dot_fn dot, const hx_wmat *ws, int n_w, const hx_ac
     return best * 1e9;
 }
 
+/* time_decode for an f32-activation matmul: one call over all outputs of one row. */
+static double time_fdecode(hx_fmatmul_fn fn, const hx_wmat *ws, int n_w, const float *x, float *y)
+{
+    double best = 1e30;
+    for (int trial = 0; trial < 5; trial++) {
+        int reps = 0;
+        const double t0 = now_s();
+        double t;
+        do {
+            const hx_wmat *w = &ws[reps % n_w];
+            fn(w, 0, w->n_out, x, 0, 1, y, w->n_out);
+            reps++;
+        } while ((t = now_s() - t0) < 0.1 || reps < n_w);
+        if (t / reps < best) best = t / reps;
+    }
+    return best * 1e9;
+}
+
 static void bench_decode(hx_dtype dt, int64_t n_out, int64_t n_in, double roof)
 {
     hx_kernel_variant v[4];
@@ -236,6 +256,18 @@ static void bench_decode(hx_dtype dt, int64_t n_out, int64_t n_in, double roof)
         printf("decode %-5s %5lldx%-5lld %-10s  hot %9.0f ns %6.1f GB/s | cold %9.0f ns %6.1f GB/s"
                "  %3.0f%% of roofline\n", hx_dtypes[dt].name, (long long)n_out, (long long)n_in,
                v[k].name, ns_hot, wb / ns_hot, ns_cold, gbs_cold, 100.0 * gbs_cold / roof);
+    }
+    hx_fmatmul_variant fv[4];
+    const int nf = hx_fmatmul_variants(dt, hx_cpu_isa(), fv, 4);
+    for (int k = 0; k < nf; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "f32act/%s", fv[k].name);
+        const double ns_hot = time_fdecode(fv[k].fn, &hot, 1, f, y);
+        const double ns_cold = time_fdecode(fv[k].fn, cold, n_cold, f, y);
+        const double gbs_cold = wb / ns_cold;
+        printf("decode %-5s %5lldx%-5lld %-10s  hot %9.0f ns %6.1f GB/s | cold %9.0f ns %6.1f GB/s"
+               "  %3.0f%% of roofline\n", hx_dtypes[dt].name, (long long)n_out, (long long)n_in,
+               name, ns_hot, wb / ns_hot, ns_cold, gbs_cold, 100.0 * gbs_cold / roof);
     }
     free(x.qs);
     free(f);
@@ -269,6 +301,21 @@ static void bench_prefill(hx_dtype dt, int64_t n_out, int64_t n_in, int64_t n_ro
                (long long)n_out, (long long)n_in, (long long)n_rows, v[k].name, best * 1e3, gops);
         if (peak > 0) printf("  %3.0f%% of VNNI peak", 100.0 * gops / peak);
         printf("\n");
+    }
+    hx_fmatmul_variant fv[4];
+    const int nf = hx_fmatmul_variants(dt, hx_cpu_isa(), fv, 4);
+    for (int k = 0; k < nf; k++) {
+        const int64_t o1 = strcmp(fv[k].name, "ref") == 0 ? (n_out < 64 ? n_out : 64) : n_out;
+        double best = 1e30;
+        for (int trial = 0; trial < 3; trial++) {
+            const double t0 = now_s();
+            fv[k].fn(&w, 0, o1, f, 0, n_rows, y, n_out);
+            const double t = (now_s() - t0) * (double)n_out / (double)o1;
+            if (t < best) best = t;
+        }
+        printf("prefill %-5s %5lldx%-5lld x%lld f32act/%-6s %8.2f ms %7.1f GOP/s\n",
+               hx_dtypes[dt].name, (long long)n_out, (long long)n_in, (long long)n_rows,
+               fv[k].name, best * 1e3, ops / best / 1e9);
     }
     free(x.qs);
     free(f);

@@ -334,6 +334,160 @@ static int test_matmul_variants_match_reference(void)
     return 0;
 }
 
+/* ---- f32-activation matmul ---- */
+
+/* Runs fn over outputs [O0, O1) of every row into a buffer of stride LD prefilled with -7. */
+enum { FM_N_OUT = 40, FM_O0 = 3, FM_O1 = 38, FM_LD = 45 };
+
+static float *run_fmatmul(hx_fmatmul_fn fn, const hx_wmat *w, const hx_act *x, int n_rows)
+{
+    float *y = malloc(sizeof(float) * n_rows * FM_LD);
+    for (int i = 0; i < n_rows * FM_LD; i++) y[i] = -7.0f;
+    fn(w, FM_O0, FM_O1, x->f, 0, n_rows, y, FM_LD);
+    return y;
+}
+
+/* The reference f32-activation matmul equals the double-precision dot of the weights as the
+ * tensor module dequantizes them (the definition of the exact path) within f32 rounding:
+ * |got - exact| <= 1e-5 * sum_i |w_i x_i|; cells outside the output range stay untouched. */
+static int test_fmatmul_ref_matches_dequantized_dot(void)
+{
+    for (int dt = 0; dt < HX_DT_COUNT; dt++) {
+        shape sh[4];
+        const int n_sh = shapes_for((hx_dtype)dt, sh);
+        for (int si = 0; si < n_sh; si++) {
+            const int n_rows = 3;
+            hx_wmat w = make_wmat((hx_dtype)dt, FM_N_OUT, sh[si].n, sh[si].gs, sh[si].sb_dt,
+                                  500 + si);
+            hx_act x = make_act(n_rows, sh[si].n, 600 + si);
+            float *got = run_fmatmul(hx_fmatmul_ref, &w, &x, n_rows);
+            float *row = malloc((size_t)w.n_in * sizeof(float));
+            for (int o = 0; o < FM_LD; o++) {
+                if (o < FM_N_OUT) dequant_row(&w, o, row);
+                for (int r = 0; r < n_rows; r++) {
+                    const float g = got[r * FM_LD + o];
+                    if (o < FM_O0 || o >= FM_O1) {
+                        if (g != -7.0f) CHECK_FAIL("%s: wrote outside at r=%d o=%d",
+                                                   hx_dtypes[dt].name, r, o);
+                        continue;
+                    }
+                    double e = 0.0, mag = 0.0;
+                    for (int64_t i = 0; i < w.n_in; i++) {
+                        e += (double)row[i] * x.f[r * x.n + i];
+                        mag += fabs((double)row[i] * x.f[r * x.n + i]);
+                    }
+                    if (!(fabs((double)g - e) <= 1e-5 * mag))
+                        CHECK_FAIL("%s n=%lld r=%d o=%d: %.9g vs exact %.9g (|w.x| %.3g)",
+                                   hx_dtypes[dt].name, (long long)sh[si].n, r, o, (double)g, e,
+                                   mag);
+                }
+            }
+            free(row);
+            free(got);
+            free_act(&x);
+            free_wmat(&w);
+        }
+    }
+    return 0;
+}
+
+/* Every f32-activation variant against the reference: |got - ref| <= 2e-5 * sum_i |w_i x_i|
+ * (summation order and fused multiply-adds are the only differences), rows 1 to 6 and 17 so
+ * every remainder of the 4-row register group is hit. */
+static int test_fmatmul_variants_match_reference(void)
+{
+    static const int rows[] = { 1, 2, 3, 4, 6, 17 };
+    for (int dt = 0; dt < HX_DT_COUNT; dt++) {
+        shape sh[4];
+        const int n_sh = shapes_for((hx_dtype)dt, sh);
+        hx_fmatmul_variant v[4];
+        const int nv = hx_fmatmul_variants((hx_dtype)dt, hx_cpu_isa(), v, 4);
+        CHECK(nv >= 1 && v[nv - 1].fn == hx_fmatmul_ref);
+        for (int si = 0; si < n_sh; si++) {
+            hx_wmat w = make_wmat((hx_dtype)dt, FM_N_OUT, sh[si].n, sh[si].gs, sh[si].sb_dt,
+                                  700 + si);
+            for (size_t ri = 0; ri < HX_COUNTOF(rows); ri++) {
+                const int n_rows = rows[ri];
+                hx_act x = make_act(n_rows, sh[si].n, 800 + si);
+                float *want = run_fmatmul(hx_fmatmul_ref, &w, &x, n_rows);
+                for (int k = 0; k < nv - 1; k++) {
+                    float *got = run_fmatmul(v[k].fn, &w, &x, n_rows);
+                    for (int r = 0; r < n_rows; r++)
+                        for (int o = 0; o < FM_LD; o++) {
+                            const float g = got[r * FM_LD + o], e = want[r * FM_LD + o];
+                            if (o < FM_O0 || o >= FM_O1) {
+                                if (g != -7.0f)
+                                    CHECK_FAIL("%s %s: wrote outside at r=%d o=%d",
+                                               hx_dtypes[dt].name, v[k].name, r, o);
+                                continue;
+                            }
+                            const double mag = magnitude(&w, o, &x, r);
+                            if (!(fabs((double)g - e) <= 2e-5 * mag))
+                                CHECK_FAIL("%s %s n=%lld rows=%d r=%d o=%d: %.9g vs ref %.9g "
+                                           "(|w.x| %.3g)",
+                                           hx_dtypes[dt].name, v[k].name, (long long)sh[si].n,
+                                           n_rows, r, o, (double)g, (double)e, mag);
+                        }
+                    free(got);
+                }
+                free(want);
+                free_act(&x);
+            }
+            free_wmat(&w);
+        }
+    }
+    return 0;
+}
+
+/* The two-term int8 matmul (where this CPU has one) against exact f32 arithmetic. The residual
+ * r = x - d1 q1 has |r| <= d1 / 2 = amax / 254, so its quantization moves each activation by at
+ * most amax / (2 * 127 * 254): |got - exact| <= sum_i |w_i| amax_b(i) / 64516 + 2e-5 |w.x|. */
+static int test_two_term_matmul_near_f32(void)
+{
+    const hx_kernels k = hx_kernels_select(hx_cpu_isa());
+    for (int dt = HX_DT_Q4_0; dt < HX_DT_COUNT; dt++) {
+        if (!k.matmul2[dt]) continue;
+        shape sh[4];
+        shapes_for((hx_dtype)dt, sh);
+        enum { ROWS = 9 };
+        hx_wmat w = make_wmat((hx_dtype)dt, FM_N_OUT, sh[1].n, sh[1].gs, sh[1].sb_dt, 900);
+        hx_act x = make_act(ROWS, sh[1].n, 901), x2;
+        void *buf2 = aligned_alloc(64, hx_act_bytes(ROWS, x.n));
+        float *res = malloc((size_t)x.n * sizeof(float)), *row = malloc((size_t)x.n * sizeof(float));
+        hx_act_init(&x2, buf2, ROWS, x.n);
+        for (int r = 0; r < ROWS; r++) {
+            hx_act_residual(x.f + r * x.n, x.qs + r * x.n, x.d + r * (x.n / 32), res, x.n);
+            hx_act_quant_ref(res, x2.qs + r * x.n, x2.d + r * (x.n / 32), x2.bsum + r * (x.n / 16),
+                             x.n);
+        }
+        float *got = malloc(sizeof(float) * ROWS * FM_LD);
+        k.matmul2[dt](&w, FM_O0, FM_O1, &x, &x2, 0, ROWS, got, FM_LD);
+        for (int o = FM_O0; o < FM_O1; o++) {
+            dequant_row(&w, o, row);
+            for (int r = 0; r < ROWS; r++) {
+                double e = 0.0, mag = 0.0, bound = 0.0;
+                for (int64_t i = 0; i < x.n; i++) {
+                    const double wx = (double)row[i] * x.f[r * x.n + i];
+                    e += wx;
+                    mag += fabs(wx);
+                    bound += fabs((double)row[i]) * 127.0 * x.d[r * (x.n / 32) + i / 32] / 64516.0;
+                }
+                const double g = got[r * FM_LD + o];
+                if (!(fabs(g - e) <= bound + 2e-5 * mag))
+                    CHECK_FAIL("%s r=%d o=%d: %.9g vs exact %.9g (bound %.3g, |w.x| %.3g)",
+                               hx_dtypes[dt].name, r, o, g, e, bound, mag);
+            }
+        }
+        free(got);
+        free(res);
+        free(row);
+        free(buf2);
+        free_act(&x);
+        free_wmat(&w);
+    }
+    return 0;
+}
+
 /* ---- quantized dot against float arithmetic ---- */
 
 /* The quantized dot of each format against the f32 dot of its dequantized weights. */
@@ -395,6 +549,10 @@ static int test_select_picks_first_variant_of_this_cpu(void)
         CHECK(nv >= 1 && nv <= 4);
         CHECK(k.dot[dt] == v[0].dot && k.matmul[dt] == v[0].matmul);
         CHECK_STR(k.dot_name[dt], v[0].name);
+        hx_fmatmul_variant f[4];
+        CHECK(hx_fmatmul_variants((hx_dtype)dt, hx_cpu_isa(), f, 4) >= 1);
+        CHECK(k.fmatmul[dt] == f[0].fn);
+        CHECK_STR(k.fmatmul_name[dt], f[0].name);
     }
     hx_act_quant_variant a;
     hx_act_quant_variants(hx_cpu_isa(), &a, 1);
@@ -415,6 +573,7 @@ static int test_ref_isa_env_selects_reference_kernels(void)
         for (int dt = 0; dt < HX_DT_COUNT; dt++) {
             CHECK_STR(k.dot_name[dt], "ref");
             CHECK(k.matmul[dt] == hx_matmul_ref);
+            CHECK(k.fmatmul[dt] == hx_fmatmul_ref);
         }
         return 0;
     }
@@ -451,6 +610,9 @@ static const check_case cases[] = {
     { "dot_mlx4_variants_match_reference", test_dot_mlx4_variants_match_reference },
     { "dot_mlx8_variants_match_reference", test_dot_mlx8_variants_match_reference },
     { "matmul_variants_match_reference", test_matmul_variants_match_reference },
+    { "fmatmul_ref_matches_dequantized_dot", test_fmatmul_ref_matches_dequantized_dot },
+    { "fmatmul_variants_match_reference", test_fmatmul_variants_match_reference },
+    { "two_term_matmul_near_f32", test_two_term_matmul_near_f32 },
     { "quantized_dot_near_f32_dot", test_quantized_dot_near_f32_dot },
     { "select_picks_first_variant_of_this_cpu", test_select_picks_first_variant_of_this_cpu },
     { "ref_isa_env_selects_reference_kernels", test_ref_isa_env_selects_reference_kernels },

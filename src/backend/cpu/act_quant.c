@@ -68,6 +68,11 @@ void hx_act_quant_ref(const float *x, int8_t *qs, float *d, int16_t *bsum, int64
     }
 }
 
+void hx_act_residual(const float *x, const int8_t *qs, const float *d, float *res, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) res[i] = x[i] - d[i / HX_ACT_BLOCK] * (float)qs[i];
+}
+
 typedef struct {
     unsigned        isa;
     const char     *name;

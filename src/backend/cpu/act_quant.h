@@ -56,6 +56,11 @@ void hx_act_init(hx_act *a, void *buf, int64_t n_rows, int64_t n);
  * (x is borrowed: keep it alive while a is used by F32/F16/BF16 kernels). */
 void hx_act_quantize(hx_act *a, const float *x, hx_act_quant_fn quant);
 
+/* The residual of a quantized row: res[i] = x[i] - d[i/32] * qs[i] (n a multiple of 32), the
+ * input of the second term of two-term activations (kernels.h, hx_matmul2_*). Quantizing res
+ * again gives x ~= d1 q1 + d2 q2 with an error of ~1/127^2 of the block maximum. */
+void hx_act_residual(const float *x, const int8_t *qs, const float *d, float *res, int64_t n);
+
 /* The variants this CPU can run under isa mask `isa`, best first, the reference last; writes up
  * to max of them to out and returns how many there are. */
 int hx_act_quant_variants(unsigned isa, hx_act_quant_variant *out, int max);

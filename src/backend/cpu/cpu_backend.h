@@ -8,8 +8,10 @@
 #include "backend/backend.h"
 
 enum {
-    /* Matmuls quantize activations to int8 blocks and use the integer kernels (VNNI, maddubs)
-     * instead of exact f32 dots against dequantized weight rows. */
+    /* Matmuls quantize activations to a single int8 term per block and use the integer
+     * kernels (VNNI, maddubs) at every batch size: fastest, but not exact (starter model: 96.5%
+     * top-1 agreement, KL 0.004). Without it matmuls are exact: f32-activation kernels for
+     * decode, two-term int8 activations (~14 bits) on the VNNI tile for prefill. */
     HX_CPU_INT8_ACT = 1u << 0,
 };
 

@@ -43,6 +43,22 @@ BY_DOT(mlx4_avx2)   BY_DOT(mlx8_avx2)
 #endif
 #undef BY_DOT
 
+/* ---- f32-activation matmul of the float formats: their f32 dots over an hx_act holding only
+ * the f32 rows (the dots read nothing else) ---- */
+
+#define BY_FDOT(dot)                                                                         \
+    static void fm_##dot(const hx_wmat *w, int64_t o0, int64_t o1, const float *x,           \
+                         int64_t r0, int64_t r1, float *out, int64_t ld_out)                \
+    {                                                                                        \
+        const hx_act a = { .n = w->n_in, .n_rows = r1, .f = x };                             \
+        hx_matmul_by_dot(hx_dot_##dot, w, o0, o1, &a, r0, r1, out, ld_out);                  \
+    }
+#if defined(__x86_64__)
+BY_FDOT(f32_avx512) BY_FDOT(f16_avx512) BY_FDOT(bf16_avx512)
+BY_FDOT(f32_avx2)   BY_FDOT(f16_avx2)   BY_FDOT(bf16_avx2)
+#endif
+#undef BY_FDOT
+
 /* ---- the tables ---- */
 
 typedef struct {
@@ -95,7 +111,57 @@ static const kernel_impl kernel_impls[] = { /* per dtype best first; ref last, a
 };
 
 #undef VNNI
-#undef MM_VNNI
+
+typedef struct {
+    hx_dtype      dt;
+    unsigned      isa;
+    const char   *name;
+    hx_fmatmul_fn fn;
+} fmatmul_impl;
+
+#define A512 HX_ISA_AVX512
+#define A2   HX_ISA_AVX2
+
+static const fmatmul_impl fmatmul_impls[] = { /* per dtype best first; ref last */
+#if defined(__x86_64__)
+    { HX_DT_F32,  A512, "avx512", fm_f32_avx512          },
+    { HX_DT_F32,  A2,   "avx2",   fm_f32_avx2            },
+    { HX_DT_F16,  A512, "avx512", fm_f16_avx512          },
+    { HX_DT_F16,  A2,   "avx2",   fm_f16_avx2            },
+    { HX_DT_BF16, A512, "avx512", fm_bf16_avx512         },
+    { HX_DT_BF16, A2,   "avx2",   fm_bf16_avx2           },
+    { HX_DT_Q4_0, A512, "avx512", hx_fmatmul_q4_0_avx512 },
+    { HX_DT_Q4_0, A2,   "avx2",   hx_fmatmul_q4_0_avx2   },
+    { HX_DT_Q4_1, A512, "avx512", hx_fmatmul_q4_1_avx512 },
+    { HX_DT_Q4_1, A2,   "avx2",   hx_fmatmul_q4_1_avx2   },
+    { HX_DT_Q8_0, A512, "avx512", hx_fmatmul_q8_0_avx512 },
+    { HX_DT_Q8_0, A2,   "avx2",   hx_fmatmul_q8_0_avx2   },
+    { HX_DT_Q4_K, A512, "avx512", hx_fmatmul_q4_k_avx512 },
+    { HX_DT_Q4_K, A2,   "avx2",   hx_fmatmul_q4_k_avx2   },
+    { HX_DT_Q5_K, A512, "avx512", hx_fmatmul_q5_k_avx512 },
+    { HX_DT_Q5_K, A2,   "avx2",   hx_fmatmul_q5_k_avx2   },
+    { HX_DT_Q6_K, A512, "avx512", hx_fmatmul_q6_k_avx512 },
+    { HX_DT_Q6_K, A2,   "avx2",   hx_fmatmul_q6_k_avx2   },
+    { HX_DT_MLX4, A512, "avx512", hx_fmatmul_mlx4_avx512 },
+    { HX_DT_MLX4, A2,   "avx2",   hx_fmatmul_mlx4_avx2   },
+    { HX_DT_MLX8, A512, "avx512", hx_fmatmul_mlx8_avx512 },
+    { HX_DT_MLX8, A2,   "avx2",   hx_fmatmul_mlx8_avx2   },
+#endif
+    { HX_DT_F32,  HX_ISA_NONE, "ref", hx_fmatmul_ref },
+    { HX_DT_F16,  HX_ISA_NONE, "ref", hx_fmatmul_ref },
+    { HX_DT_BF16, HX_ISA_NONE, "ref", hx_fmatmul_ref },
+    { HX_DT_Q4_0, HX_ISA_NONE, "ref", hx_fmatmul_ref },
+    { HX_DT_Q4_1, HX_ISA_NONE, "ref", hx_fmatmul_ref },
+    { HX_DT_Q8_0, HX_ISA_NONE, "ref", hx_fmatmul_ref },
+    { HX_DT_Q4_K, HX_ISA_NONE, "ref", hx_fmatmul_ref },
+    { HX_DT_Q5_K, HX_ISA_NONE, "ref", hx_fmatmul_ref },
+    { HX_DT_Q6_K, HX_ISA_NONE, "ref", hx_fmatmul_ref },
+    { HX_DT_MLX4, HX_ISA_NONE, "ref", hx_fmatmul_ref },
+    { HX_DT_MLX8, HX_ISA_NONE, "ref", hx_fmatmul_ref },
+};
+
+#undef A512
+#undef A2
 
 hx_kernels hx_kernels_select(unsigned isa)
 {
@@ -108,10 +174,22 @@ hx_kernels hx_kernels_select(unsigned isa)
         k.dot_name[e->dt]    = e->name;
         k.matmul_name[e->dt] = e->name;
     }
+    for (size_t i = 0; i < HX_COUNTOF(fmatmul_impls); i++) {
+        const fmatmul_impl *e = &fmatmul_impls[i];
+        if ((e->isa & ~isa) != 0 || k.fmatmul[e->dt] != NULL) continue;
+        k.fmatmul[e->dt]      = e->fn;
+        k.fmatmul_name[e->dt] = e->name;
+    }
+#if defined(__x86_64__)
+    /* Two-term int8: wherever the VNNI tile is this dtype's matmul (the quantized formats). */
+    for (int dt = 0; dt < HX_DT_COUNT; dt++)
+        if (k.matmul[dt] == hx_matmul_avx512vnni) k.matmul2[dt] = hx_matmul2_avx512vnni;
+#endif
     hx_act_quant_variant best;
     hx_act_quant_variants(isa, &best, 1);
     k.act_quant = best.fn;
-    for (int dt = 0; dt < HX_DT_COUNT; dt++) HX_ASSERT(k.dot[dt] != NULL && k.matmul[dt] != NULL);
+    for (int dt = 0; dt < HX_DT_COUNT; dt++)
+        HX_ASSERT(k.dot[dt] != NULL && k.matmul[dt] != NULL && k.fmatmul[dt] != NULL);
     return k;
 }
 
@@ -122,6 +200,18 @@ int hx_kernels_variants(hx_dtype dt, unsigned isa, hx_kernel_variant *out, int m
         const kernel_impl *e = &kernel_impls[i];
         if (e->dt != dt || (e->isa & ~isa) != 0) continue;
         if (n < max) out[n] = (hx_kernel_variant){ e->name, e->isa, e->dot, e->matmul };
+        n++;
+    }
+    return n;
+}
+
+int hx_fmatmul_variants(hx_dtype dt, unsigned isa, hx_fmatmul_variant *out, int max)
+{
+    int n = 0;
+    for (size_t i = 0; i < HX_COUNTOF(fmatmul_impls); i++) {
+        const fmatmul_impl *e = &fmatmul_impls[i];
+        if (e->dt != dt || (e->isa & ~isa) != 0) continue;
+        if (n < max) out[n] = (hx_fmatmul_variant){ e->name, e->isa, e->fn };
         n++;
     }
     return n;

@@ -45,13 +45,28 @@ typedef float (*hx_dot_fn)(const hx_wmat *w, int64_t o, const hx_act *x, int64_t
 typedef void (*hx_matmul_fn)(const hx_wmat *w, int64_t o0, int64_t o1, const hx_act *x,
                              int64_t r0, int64_t r1, float *out, int64_t ld_out);
 
+/* The f32-activation matmul (fmatmul_*.c): out[r * ld_out + o] = sum_i W[o][i] * x[r][i] for
+ * r in [r0, r1), o in [o0, o1), with x [n_rows, w->n_in] f32 row-major (ld = n_in) and the
+ * weights dequantized in registers, so the only error is f32 rounding (no activation
+ * quantization). The exact path of the backend. */
+typedef void (*hx_fmatmul_fn)(const hx_wmat *w, int64_t o0, int64_t o1, const float *x,
+                              int64_t r0, int64_t r1, float *out, int64_t ld_out);
+
+/* The two-term int8 matmul: out = W x + W x2 (x2: the quantized residuals of x's rows). */
+typedef void (*hx_matmul2_fn)(const hx_wmat *w, int64_t o0, int64_t o1, const hx_act *x,
+                              const hx_act *x2, int64_t r0, int64_t r1, float *out,
+                              int64_t ld_out);
+
 /* The kernels the backend calls, one per dtype, chosen by hx_kernels_select. */
 typedef struct {
     hx_dot_fn       dot[HX_DT_COUNT];
     hx_matmul_fn    matmul[HX_DT_COUNT];
+    hx_fmatmul_fn   fmatmul[HX_DT_COUNT];
+    hx_matmul2_fn   matmul2[HX_DT_COUNT];     /* NULL where this CPU has no VNNI tile */
     hx_act_quant_fn act_quant;
     const char     *dot_name[HX_DT_COUNT];    /* "avx512vnni", "avx2", "ref" */
     const char     *matmul_name[HX_DT_COUNT];
+    const char     *fmatmul_name[HX_DT_COUNT];
 } hx_kernels;
 
 /* The best kernel of every dtype for ISA mask isa (hx_cpu_isa(); 0 — as under
@@ -60,11 +75,22 @@ hx_kernels hx_kernels_select(unsigned isa);
 
 /* One implementation of a dtype's kernels, for tests and benchmarks. */
 typedef struct {
-    const char  *name; /* "avx512vnni", "avx2", "ref" */
-    unsigned     isa;  /* HX_ISA_* bits it needs */
-    hx_dot_fn    dot;
-    hx_matmul_fn matmul;
+    const char   *name; /* "avx512vnni", "avx2", "ref" */
+    unsigned      isa;  /* HX_ISA_* bits it needs */
+    hx_dot_fn     dot;
+    hx_matmul_fn  matmul;
 } hx_kernel_variant;
+
+/* One implementation of a dtype's f32-activation matmul, for tests and benchmarks. */
+typedef struct {
+    const char   *name; /* "avx512", "avx2", "ref" */
+    unsigned      isa;
+    hx_fmatmul_fn fn;
+} hx_fmatmul_variant;
+
+/* Every f32-activation variant of dt that can run under isa, best first, the reference last.
+ * Writes up to max of them to out and returns how many there are. */
+int hx_fmatmul_variants(hx_dtype dt, unsigned isa, hx_fmatmul_variant *out, int max);
 
 /* Every variant of dt that can run under isa, best first, the reference last. Writes up to max
  * of them to out and returns how many there are. */
@@ -90,6 +116,32 @@ HX_KERNEL_DOTS(avx2)
 HX_KERNEL_DOTS(avx512)
 #undef HX_KERNEL_DOTS
 
+/* The f32-activation variants (fmatmul_ref.c, fmatmul_avx2.c, fmatmul_avx512.c). The reference
+ * handles every dtype (block by block: dequantize 32 weights, f32 dot, add); the ISA ones
+ * handle the quantized formats (F32/F16/BF16 go through the f32 dots above). */
+void hx_fmatmul_ref(const hx_wmat *w, int64_t o0, int64_t o1, const float *x, int64_t r0,
+                    int64_t r1, float *out, int64_t ld_out);
+#define HX_FMATMULS(isa)                                                                     \
+    void hx_fmatmul_q4_0_##isa(const hx_wmat *w, int64_t o0, int64_t o1, const float *x,     \
+                               int64_t r0, int64_t r1, float *out, int64_t ld_out);           \
+    void hx_fmatmul_q4_1_##isa(const hx_wmat *w, int64_t o0, int64_t o1, const float *x,     \
+                               int64_t r0, int64_t r1, float *out, int64_t ld_out);           \
+    void hx_fmatmul_q8_0_##isa(const hx_wmat *w, int64_t o0, int64_t o1, const float *x,     \
+                               int64_t r0, int64_t r1, float *out, int64_t ld_out);           \
+    void hx_fmatmul_q4_k_##isa(const hx_wmat *w, int64_t o0, int64_t o1, const float *x,     \
+                               int64_t r0, int64_t r1, float *out, int64_t ld_out);           \
+    void hx_fmatmul_q5_k_##isa(const hx_wmat *w, int64_t o0, int64_t o1, const float *x,     \
+                               int64_t r0, int64_t r1, float *out, int64_t ld_out);           \
+    void hx_fmatmul_q6_k_##isa(const hx_wmat *w, int64_t o0, int64_t o1, const float *x,     \
+                               int64_t r0, int64_t r1, float *out, int64_t ld_out);           \
+    void hx_fmatmul_mlx4_##isa(const hx_wmat *w, int64_t o0, int64_t o1, const float *x,     \
+                               int64_t r0, int64_t r1, float *out, int64_t ld_out);           \
+    void hx_fmatmul_mlx8_##isa(const hx_wmat *w, int64_t o0, int64_t o1, const float *x,     \
+                               int64_t r0, int64_t r1, float *out, int64_t ld_out);
+HX_FMATMULS(avx2)
+HX_FMATMULS(avx512)
+#undef HX_FMATMULS
+
 /* The reference tile: out = loops of w's reference dot. The definition of every matmul. */
 void hx_matmul_ref(const hx_wmat *w, int64_t o0, int64_t o1, const hx_act *x, int64_t r0,
                    int64_t r1, float *out, int64_t ld_out);
@@ -104,5 +156,11 @@ void hx_matmul_by_dot(hx_dot_fn dot, const hx_wmat *w, int64_t o0, int64_t o1, c
  * every quantized format; F32/F16/BF16 go through hx_matmul_by_dot. */
 void hx_matmul_avx512vnni(const hx_wmat *w, int64_t o0, int64_t o1, const hx_act *x,
                           int64_t r0, int64_t r1, float *out, int64_t ld_out);
+
+/* Two-term ("residual") activations on the same tile: out = W x + W x2, where x holds the int8
+ * blocks of the rows and x2 the int8 blocks of their residuals (hx_act_quant_residual), so the
+ * activations carry ~14 bits per block instead of 7. Quantized formats only, any row count. */
+void hx_matmul2_avx512vnni(const hx_wmat *w, int64_t o0, int64_t o1, const hx_act *x,
+                           const hx_act *x2, int64_t r0, int64_t r1, float *out, int64_t ld_out);
 
 #endif

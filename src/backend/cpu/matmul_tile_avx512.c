@@ -19,7 +19,15 @@
  * The panel costs ~2 scalar ops per weight element and is amortised over every row of the call,
  * so it is ~5% at 512 rows; below 8 rows the dot kernels (no panel) are used instead. Each weight
  * byte is read from memory once per call; activations (1.25 B per element per row) come from L2
- * once per strip. */
+ * once per strip.
+ *
+ * Two-term activations (hx_matmul2_avx512vnni, the backend's default prefill): each panel is run
+ * against the int8 rows and then against their int8 residuals, so the unpacking is shared and the
+ * second term costs only the vpdpbusd work (~1.6x the single-term time rather than 2x). The
+ * result carries ~14-bit activations: on the starter model, teacher-forced top-1 agreement with
+ * the float64 reference equals that of exact f32 (single term: 96.5%), while a 400-token
+ * hx-logits run (1 thread, CPU time) took 5.4 s against 5.6 s with the f32 FMA kernels and 4.9 s
+ * single-term; in isolation the f32 FMA tile does ~62 GOP/s against ~230 for one VNNI term. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <string.h>
@@ -244,15 +252,13 @@ static hx_dot_fn dot_for(hx_dtype dt)
     }
 }
 
-void hx_matmul_avx512vnni(const hx_wmat *w, int64_t o0, int64_t o1, const hx_act *x,
-                          int64_t r0, int64_t r1, float *out, int64_t ld_out)
+/* The tiled matmul over one or two activation terms: with x2, every panel is run against x
+ * then x2 and the results add up (the panel, the costly unpacking, is built once). */
+static void matmul_terms(const hx_wmat *w, int64_t o0, int64_t o1, const hx_act *x,
+                         const hx_act *x2, int64_t r0, int64_t r1, float *out, int64_t ld_out)
 {
-    const hx_dtype dt = w->dtype;
-    if (r1 - r0 < RT || dt == HX_DT_F32 || dt == HX_DT_F16 || dt == HX_DT_BF16) {
-        hx_matmul_by_dot(dot_for(dt), w, o0, o1, x, r0, r1, out, ld_out);
-        return;
-    }
     static _Thread_local panel P; /* 24 KiB: too big for a pool thread's stack to be polite */
+    const hx_dtype dt = w->dtype;
     const int G = dt == HX_DT_Q6_K ? 16 : 32;
     for (int64_t os = o0; os < o1; os += NO) {
         const int nov = o1 - os < NO ? (int)(o1 - os) : NO;
@@ -261,7 +267,28 @@ void hx_matmul_avx512vnni(const hx_wmat *w, int64_t o0, int64_t o1, const hx_act
             build_panel(&P, w, os, nov, e0, ne, G);
             if (G == 16) strip_rows(&P, x, r0, r1, e0, ne, 16, out, ld_out, os, nov, e0 == 0);
             else         strip_rows(&P, x, r0, r1, e0, ne, 32, out, ld_out, os, nov, e0 == 0);
+            if (!x2) continue;
+            if (G == 16) strip_rows(&P, x2, r0, r1, e0, ne, 16, out, ld_out, os, nov, 0);
+            else         strip_rows(&P, x2, r0, r1, e0, ne, 32, out, ld_out, os, nov, 0);
         }
     }
+}
+
+void hx_matmul_avx512vnni(const hx_wmat *w, int64_t o0, int64_t o1, const hx_act *x,
+                          int64_t r0, int64_t r1, float *out, int64_t ld_out)
+{
+    const hx_dtype dt = w->dtype;
+    if (r1 - r0 < RT || dt == HX_DT_F32 || dt == HX_DT_F16 || dt == HX_DT_BF16) {
+        hx_matmul_by_dot(dot_for(dt), w, o0, o1, x, r0, r1, out, ld_out);
+        return;
+    }
+    matmul_terms(w, o0, o1, x, NULL, r0, r1, out, ld_out);
+}
+
+void hx_matmul2_avx512vnni(const hx_wmat *w, int64_t o0, int64_t o1, const hx_act *x,
+                           const hx_act *x2, int64_t r0, int64_t r1, float *out, int64_t ld_out)
+{
+    HX_ASSERT(w->dtype != HX_DT_F32 && w->dtype != HX_DT_F16 && w->dtype != HX_DT_BF16);
+    matmul_terms(w, o0, o1, x, x2, r0, r1, out, ld_out);
 }
 #endif
