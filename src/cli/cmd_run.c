@@ -53,9 +53,9 @@ static void usage(const char *verb)
             "  --threads N       CPU threads (default: physical cores)\n"
             "  --ctx N           context positions (default: the model's, at most 8192)\n"
             "  --system TEXT     system prompt\n"
-            "  --int8            int8-activation matmul kernels: several times faster, less exact\n"
-            "                    (on SmolLM2-135M: 97%% teacher-forced top-1 agreement with the\n"
-            "                    exact reference, KL 0.004; the default is exact)\n"
+            "  --int8            single-term int8 activations in every matmul: 10-25%% faster,\n"
+            "                    less exact (SmolLM2-135M: 97%% top-1 agreement with the exact\n"
+            "                    reference, KL 0.004; the default agrees at 100%%, KL 1e-6)\n"
             "%s"
             "  --verbose         print prompt and decode speed, time to first token, peak memory\n",
             verb, strcmp(verb, "run") == 0 ? " \"PROMPT\"" : "",
