@@ -2,10 +2,10 @@
  *
  * Parallel split, op by op: matmul by output features (each thread reads a disjoint slice of
  * the weight, so the threads together stream the matrix once per step, the decode bottleneck);
- * attention by (row, head) pairs; norms, rope and element-wise ops by rows. Each task gets
- * (ith, nth) and computes its range with hx_split_range, so a given thread count always
- * produces the same bits. Matmul kernels read each weight once per call whatever the row count
- * (the paths are described at the matmul section). */
+ * attention by (row, head) pairs, in runs that share a kv head; norms, rope and element-wise
+ * ops by rows. Each task gets (ith, nth) and computes its range with hx_split_range, so a given
+ * thread count always produces the same bits. Matmul kernels read each weight once per call
+ * whatever the row count (the paths are described at the matmul section). */
 #define _POSIX_C_SOURCE 200809L
 #include "backend/cpu/cpu_backend.h"
 
@@ -18,6 +18,7 @@
 #include "base/f16.h"
 #include "base/threadpool.h"
 #include "backend/cpu/act_quant.h"
+#include "backend/cpu/attn.h"
 #include "backend/cpu/kernels.h"
 
 #define MAX_THREADS 256
@@ -26,6 +27,8 @@ typedef struct {
     hx_pool   *pool;
     int        n_threads;
     hx_kernels k;                     /* dot/matmul/quantizer variants for this CPU */
+    hx_attn_variant attn[4];          /* attention/cache-write variants, best first, ref last */
+    int        n_attn;
     bool       int8_act;              /* single-term int8 activations everywhere (opt-in) */
     float     *scratch[MAX_THREADS]; /* per-thread rows: dequantized weights, attention state */
     size_t     scratch_floats;
@@ -375,76 +378,89 @@ static uint16_t *kv_at(const hx_kv_store *kv, void *base, int32_t layer, const h
     return (uint16_t *)base + idx;
 }
 
+/* Rows of kv_dim floats to f16 (vcvtps2ph where the CPU has it; same bits as hx_f32_to_f16).
+ * Single-threaded: a step writes n_tok * kv_dim * 2 values, tiny next to the matmuls. */
 static void cpu_kv_write(hx_backend *be, hx_kv_store *kv, int32_t layer, const hx_kv_seq *seq,
                          const int32_t *pos, const float *k, const float *v, int64_t n_tok)
 {
-    (void)be;
+    const hx_f16_store_fn store = impl_of(be)->attn[0].store;
+    const int32_t kvd = kv->kv_dim;
     for (int64_t t = 0; t < n_tok; t++) {
-        uint16_t *kd = kv_at(kv, kv->k, layer, seq, pos[t]);
-        uint16_t *vd = kv_at(kv, kv->v, layer, seq, pos[t]);
-        for (int32_t i = 0; i < kv->kv_dim; i++) {
-            kd[i] = hx_f32_to_f16(k[t * kv->kv_dim + i]);
-            vd[i] = hx_f32_to_f16(v[t * kv->kv_dim + i]);
-        }
+        store(k + t * kvd, kv_at(kv, kv->k, layer, seq, pos[t]), kvd);
+        store(v + t * kvd, kv_at(kv, kv->v, layer, seq, pos[t]), kvd);
     }
 }
 
 typedef struct {
+    hx_attn_fn           attend;
     const hx_kv_store   *kv;
     int32_t              layer;
     const hx_kv_seq     *seq;
-    const float         *q;
-    const int32_t       *pos;
+    const float         *q;     /* [n_tok, n_head, d_head] */
+    const int32_t       *pos;   /* [n_tok] */
     int64_t              n_tok;
     const hx_attn_shape *s;
-    float               *out;
-    float              **scratch;
+    int64_t              align; /* split boundaries: whole groups when there are enough */
+    float               *out;   /* [n_tok, n_head * d_head] */
 } attn_args;
 
-/* One (row, head) at a time with an online softmax: a running max m, running sum l and a
- * running weighted sum of V, rescaled whenever the max grows. Memory is O(d_head) per pair,
- * never O(n_ctx^2), and the result equals softmax(qK^T)V exactly up to rounding. */
+/* Each thread takes a contiguous range of (row, head) pairs and hands the kernel runs of
+ * consecutive heads of one row that share a kv head, so each thread reads a group's K/V once
+ * (the kernel keeps a chunk in L1 across the run's heads). Splitting by pairs rather than by
+ * whole groups keeps decode balanced when n_kv_head is small (SmolLM2-135M: 3 kv heads, 9 heads);
+ * at prefill the split falls on group boundaries. A head's result does not depend on which run
+ * it is in, so any thread count gives the same bits. */
 static void attention_task(void *p, int ith, int nth)
 {
     const attn_args *a = p;
     const hx_attn_shape *s = a->s;
-    const int32_t d = s->d_head, group = s->n_head / s->n_kv_head;
-    float *restrict acc = a->scratch[ith];
+    const hx_kv_store *kv = a->kv;
+    const int32_t d = s->d_head, n_head = s->n_head, group = s->n_head / s->n_kv_head;
+    const size_t layer_off = (size_t)a->layer * (size_t)kv->block_tokens * (size_t)kv->kv_dim;
     int64_t r0, r1;
-    hx_split_range(a->n_tok * s->n_head, ith, nth, 1, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        const int64_t t = r / s->n_head;
-        const int32_t h = (int32_t)(r % s->n_head), kvh = h / group;
-        const float *qv = a->q + r * d;
+    hx_split_range(a->n_tok * n_head, ith, nth, a->align, &r0, &r1);
+    for (int64_t r = r0; r < r1;) {
+        const int64_t t = r / n_head;
+        const int32_t h = (int32_t)(r % n_head), kvh = h / group;
+        int64_t r_end = t * n_head + (int64_t)(kvh + 1) * group;
+        if (r_end > r1) r_end = r1;
+        if (r_end > r + HX_ATTN_MAX_Q) r_end = r + HX_ATTN_MAX_Q;
         const int32_t last = a->pos[t];
         const int32_t first = s->sliding_window > 0 && last - s->sliding_window + 1 > 0
                                   ? last - s->sliding_window + 1 : 0;
-        float m = -INFINITY, l = 0.0f;
-        for (int32_t i = 0; i < d; i++) acc[i] = 0.0f;
-        for (int32_t j = first; j <= last; j++) {
-            const uint16_t *kj = kv_at(a->kv, a->kv->k, a->layer, a->seq, j) + kvh * d;
-            float dot = 0.0f;
-            for (int32_t i = 0; i < d; i++) dot += qv[i] * hx_f16_to_f32(kj[i]);
-            const float sc = dot * s->scale;
-            const float m_new = sc > m ? sc : m;
-            const float corr = expf(m - m_new), w = expf(sc - m_new);
-            const uint16_t *vj = kv_at(a->kv, a->kv->v, a->layer, a->seq, j) + kvh * d;
-            for (int32_t i = 0; i < d; i++) acc[i] = acc[i] * corr + w * hx_f16_to_f32(vj[i]);
-            l = l * corr + w;
-            m = m_new;
-        }
-        float *o = a->out + t * (int64_t)s->n_head * d + (int64_t)h * d;
-        for (int32_t i = 0; i < d; i++) o[i] = acc[i] / l;
+        const size_t head_off = layer_off + (size_t)kvh * (size_t)d;
+        const hx_attn_kv view = {
+            .k = (const uint16_t *)kv->k + head_off,
+            .v = (const uint16_t *)kv->v + head_off,
+            .blocks = a->seq->blocks,
+            .block_stride = (size_t)kv->n_layer * (size_t)kv->block_tokens * (size_t)kv->kv_dim,
+            .row_stride = kv->kv_dim,
+            .block_tokens = kv->block_tokens,
+        };
+        a->attend(&view, a->q + r * d, (int32_t)(r_end - r), d, s->scale, first, last,
+                  a->out + r * d);
+        r = r_end;
     }
 }
 
+/* Picks the best variant whose d_head alignment fits this model (once per call, outside every
+ * loop; the reference fits any d_head). */
 static void cpu_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
                           const hx_kv_seq *seq, const float *q, const int32_t *pos, int64_t n_tok,
                           const hx_attn_shape *s, float *out)
 {
     cpu_impl *c = impl_of(be);
-    check_scratch(c, s->d_head);
-    attn_args a = {kv, layer, seq, q, pos, n_tok, s, out, c->scratch};
+    HX_ASSERT(s->n_kv_head > 0 && s->n_head % s->n_kv_head == 0);
+    hx_attn_fn attend = hx_attn_ref;
+    for (int i = 0; i < c->n_attn; i++) {
+        if (s->d_head % c->attn[i].d_align == 0) {
+            attend = c->attn[i].attend;
+            break;
+        }
+    }
+    const int32_t group = s->n_head / s->n_kv_head;
+    const int64_t align = n_tok * s->n_kv_head >= 4 * (int64_t)c->n_threads ? group : 1;
+    attn_args a = {attend, kv, layer, seq, q, pos, n_tok, s, align, out};
     hx_pool_run(c->pool, attention_task, &a);
 }
 
@@ -497,6 +513,8 @@ hx_status hx_cpu_backend_create(int n_threads, unsigned flags, hx_backend **out,
     be->impl = c;
     c->n_threads = n_threads;
     c->k = hx_kernels_select(hx_cpu_isa());
+    c->n_attn = hx_attn_variants(hx_cpu_isa(), c->attn, (int)HX_COUNTOF(c->attn));
+    if (c->n_attn > (int)HX_COUNTOF(c->attn)) c->n_attn = (int)HX_COUNTOF(c->attn);
     c->int8_act = (flags & HX_CPU_INT8_ACT) != 0;
     hx_status st = hx_pool_init(n_threads, &c->pool, err);
     if (st != HX_OK) {

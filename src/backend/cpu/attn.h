@@ -1,0 +1,72 @@
+/* attn.h - attention of query heads over the paged f16 KV cache, and the f32 -> f16 conversion
+ * that fills the cache.
+ *
+ * Layout read (hx_kv_store, backend.h): K and V are [n_blocks][n_layer][block_tokens][kv_dim]
+ * f16, kv_dim = n_kv_head * d_head. Position p of a sequence lives in block blocks[p /
+ * block_tokens] at offset p % block_tokens; the d_head values of kv head h are contiguous at
+ * h * d_head within the position's row. hx_attn_kv holds a layer's and kv head's view of that.
+ *
+ * One call attends n_q query heads that share a kv head (a GQA group, or part of one) over the
+ * positions [first, last]: out[g] = softmax(scale * q[g] K^T) V. Keys are taken a chunk of up to
+ * 16 at a time (never across a block boundary) with an online softmax: 16 scores, one max, one
+ * exp of the correction and a vector of exps, one rescale of the accumulator per chunk. Each
+ * chunk of K and V (16 x d_head x 2 bytes = 4 KiB at d_head 128) is used for every head of the
+ * call while it is in L1, so a group's K/V is streamed from memory once.
+ *
+ * The reference (attn_ref.c) is the definition; SIMD variants change only the summation order,
+ * fused multiply-adds and exp (a polynomial within 2 ulp of expf), and are tested to agree within
+ * 1e-5 relative to the largest |V| (tests/unit/test_cpu_attention.c). Everything here is pure:
+ * no allocation, no state, thread-safe. Out must not overlap q (it is the accumulator). */
+#ifndef HX_BACKEND_CPU_ATTN_H
+#define HX_BACKEND_CPU_ATTN_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define HX_ATTN_CHUNK 16 /* keys per online-softmax step */
+#define HX_ATTN_MAX_Q 16 /* query heads per call (callers split larger groups) */
+
+/* One layer's and one kv head's view of the cache. Borrowed pointers. */
+typedef struct {
+    const uint16_t *k, *v;        /* K, V of position 0 of block 0 for this layer and kv head */
+    const int32_t  *blocks;       /* the sequence's block table */
+    size_t          block_stride; /* elements from a block to the next (n_layer*bt*kv_dim) */
+    int32_t         row_stride;   /* elements from a position to the next: kv_dim */
+    int32_t         block_tokens;
+} hx_attn_kv;
+
+/* out[g][i] = sum_j softmax_j(scale * q[g] . k_j) v_j[i] over positions first <= j <= last.
+ * q, out: [n_q, d_head] (out is also the running accumulator: it must not overlap q).
+ * Requires 1 <= n_q <= HX_ATTN_MAX_Q, first <= last, and d_head a multiple of the variant's
+ * d_align. */
+typedef void (*hx_attn_fn)(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head,
+                           float scale, int32_t first, int32_t last, float *out);
+
+/* y[i] = f16(x[i]) with round to nearest even, n elements (the cache write). Every variant gives
+ * the bits of hx_f32_to_f16 for every non-NaN input; a NaN stays a NaN (payload may differ). */
+typedef void (*hx_f16_store_fn)(const float *x, uint16_t *y, int64_t n);
+
+typedef struct {
+    const char     *name;    /* "avx512", "avx2", "ref" */
+    unsigned        isa;     /* HX_ISA_* bits it needs; 0 for the reference */
+    int32_t         d_align; /* d_head must be a multiple of this for attend */
+    hx_attn_fn      attend;
+    hx_f16_store_fn store;
+} hx_attn_variant;
+
+/* The variants this CPU can run under isa mask `isa`, best first, the reference last; writes up
+ * to max of them to out and returns how many there are. */
+int hx_attn_variants(unsigned isa, hx_attn_variant *out, int max);
+
+/* The variants themselves (tests, benchmarks). The _avx2 and _avx512 ones exist only in x86-64
+ * builds. */
+void hx_attn_ref(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
+                 int32_t first, int32_t last, float *out);
+void hx_attn_avx2(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
+                  int32_t first, int32_t last, float *out);
+void hx_attn_avx512(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head,
+                    float scale, int32_t first, int32_t last, float *out);
+void hx_f16_store_ref(const float *x, uint16_t *y, int64_t n);
+void hx_f16_store_avx2(const float *x, uint16_t *y, int64_t n);
+void hx_f16_store_avx512(const float *x, uint16_t *y, int64_t n);
+
+#endif

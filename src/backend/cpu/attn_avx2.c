@@ -1,0 +1,175 @@
+/* attn_avx2.c - attention over the f16 cache (attn.h) with AVX2, FMA and F16C: d_head is walked
+ * 8 floats (one ymm, one vcvtph2ps of 16 bytes) at a time, so d_head % 8 == 0.
+ *
+ * Same plan as the AVX-512 variant (see there for the napkin math), at half the width: per chunk
+ * of up to 16 keys and per head, 16 dot products into their own ymm chains, folded to two ymm of
+ * 8 scores by hadd trees; one max, one scalar expf for the correction, a vector exp of the
+ * scores, and the V update with four ymm accumulators per 32 elements.
+ *
+ * exp: the same Cephes polynomial as attn_avx512.c, within 2 ulp of expf for x >= -87.3 and 0
+ * below (where the exact result is subnormal). */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <math.h>
+
+#include "attn.h"
+#include "base/f16.h"
+
+static __m256 exp256(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.33654f);
+    const __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ); /* also -inf */
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.37626f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+/* Eight vectors to their eight sums, in order, in one ymm. */
+static __m256 hsum8x8(const __m256 *v)
+{
+    const __m256 s01 = _mm256_hadd_ps(v[0], v[1]), s23 = _mm256_hadd_ps(v[2], v[3]);
+    const __m256 s45 = _mm256_hadd_ps(v[4], v[5]), s67 = _mm256_hadd_ps(v[6], v[7]);
+    const __m256 a = _mm256_hadd_ps(s01, s23), b = _mm256_hadd_ps(s45, s67);
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+
+static float hmax8(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+static float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static __m256 load_f16(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+
+/* The 16 scaled scores q . k_j of a chunk of n keys into s[0..16); entries j >= n are -inf. */
+static void chunk_scores(const float *q, const uint16_t *kc, int32_t rs, int32_t n, int32_t d,
+                         float scale, float *s)
+{
+    __m256 acc[HX_ATTN_CHUNK];
+    for (int32_t j = 0; j < HX_ATTN_CHUNK; j++) {
+        if (j >= n) {
+            acc[j] = _mm256_setzero_ps();
+            continue;
+        }
+        const uint16_t *kj = kc + (size_t)j * rs;
+        __m256 a = _mm256_mul_ps(_mm256_loadu_ps(q), load_f16(kj));
+        for (int32_t i = 8; i < d; i += 8)
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load_f16(kj + i), a);
+        acc[j] = a;
+    }
+    const __m256 sc = _mm256_set1_ps(scale);
+    _mm256_storeu_ps(s, _mm256_mul_ps(hsum8x8(acc), sc));
+    _mm256_storeu_ps(s + 8, _mm256_mul_ps(hsum8x8(acc + 8), sc));
+    for (int32_t j = n; j < HX_ATTN_CHUNK; j++) s[j] = -INFINITY;
+}
+
+/* og = og * corr + sum_j p[j] v_j over n keys. */
+static void chunk_accumulate(float *og, const float *p, const uint16_t *vc, int32_t rs,
+                             int32_t n, int32_t d, float corr)
+{
+    const __m256 c = _mm256_set1_ps(corr);
+    int32_t i = 0;
+    for (; i + 32 <= d; i += 32) {
+        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(og + i), c);
+        __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(og + i + 8), c);
+        __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(og + i + 16), c);
+        __m256 a3 = _mm256_mul_ps(_mm256_loadu_ps(og + i + 24), c);
+        for (int32_t j = 0; j < n; j++) {
+            const uint16_t *vj = vc + (size_t)j * rs + i;
+            const __m256 w = _mm256_broadcast_ss(p + j);
+            a0 = _mm256_fmadd_ps(w, load_f16(vj), a0);
+            a1 = _mm256_fmadd_ps(w, load_f16(vj + 8), a1);
+            a2 = _mm256_fmadd_ps(w, load_f16(vj + 16), a2);
+            a3 = _mm256_fmadd_ps(w, load_f16(vj + 24), a3);
+        }
+        _mm256_storeu_ps(og + i, a0);
+        _mm256_storeu_ps(og + i + 8, a1);
+        _mm256_storeu_ps(og + i + 16, a2);
+        _mm256_storeu_ps(og + i + 24, a3);
+    }
+    for (; i < d; i += 8) {
+        __m256 a = _mm256_mul_ps(_mm256_loadu_ps(og + i), c);
+        for (int32_t j = 0; j < n; j++)
+            a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), load_f16(vc + (size_t)j * rs + i), a);
+        _mm256_storeu_ps(og + i, a);
+    }
+}
+
+void hx_attn_avx2(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
+                  int32_t first, int32_t last, float *out)
+{
+    const int32_t d = d_head, rs = kv->row_stride, bt = kv->block_tokens;
+    float m[HX_ATTN_MAX_Q], l[HX_ATTN_MAX_Q];
+    for (int32_t g = 0; g < n_q; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        for (int32_t i = 0; i < d; i += 8) _mm256_storeu_ps(out + g * d + i, _mm256_setzero_ps());
+    }
+    int32_t n = 0;
+    for (int32_t pos = first; pos <= last; pos += n) {
+        const int32_t off = pos % bt;
+        n = bt - off < last + 1 - pos ? bt - off : last + 1 - pos;
+        if (n > HX_ATTN_CHUNK) n = HX_ATTN_CHUNK;
+        const size_t base = (size_t)kv->blocks[pos / bt] * kv->block_stride + (size_t)off * rs;
+        const uint16_t *kc = kv->k + base, *vc = kv->v + base;
+        for (int32_t g = 0; g < n_q; g++) {
+            float s[HX_ATTN_CHUNK];
+            chunk_scores(q + g * d, kc, rs, n, d, scale, s);
+            const __m256 s0 = _mm256_loadu_ps(s), s1 = _mm256_loadu_ps(s + 8);
+            const float sm = hmax8(_mm256_max_ps(s0, s1));
+            const float mc = sm > m[g] ? sm : m[g];
+            const float corr = expf(m[g] - mc);
+            const __m256 mv = _mm256_set1_ps(mc);
+            const __m256 p0 = exp256(_mm256_sub_ps(s0, mv)), p1 = exp256(_mm256_sub_ps(s1, mv));
+            _mm256_storeu_ps(s, p0);
+            _mm256_storeu_ps(s + 8, p1);
+            l[g] = l[g] * corr + hsum8(_mm256_add_ps(p0, p1));
+            m[g] = mc;
+            chunk_accumulate(out + g * d, s, vc, rs, n, d, corr);
+        }
+    }
+    for (int32_t g = 0; g < n_q; g++) {
+        const __m256 lv = _mm256_set1_ps(l[g]);
+        for (int32_t i = 0; i < d; i += 8)
+            _mm256_storeu_ps(out + g * d + i, _mm256_div_ps(_mm256_loadu_ps(out + g * d + i), lv));
+    }
+}
+
+/* vcvtps2ph rounds to nearest even (imm8), handles subnormals, overflow and inf exactly as
+ * hx_f32_to_f16; a NaN keeps its top payload bits (the reference sets only the quiet bit). */
+void hx_f16_store_avx2(const float *x, uint16_t *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) y[i] = hx_f32_to_f16(x[i]);
+}
+
+#endif

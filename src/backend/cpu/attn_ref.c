@@ -1,0 +1,90 @@
+/* attn_ref.c - the reference attention kernel and cache conversion (attn.h), the definitions
+ * every SIMD variant is tested against, and the variant list.
+ *
+ * Plain C, one key and one element at a time, expf from libm, f16 through hx_f16_to_f32. It
+ * follows the same chunked online softmax as the variants (chunks of up to 16 keys inside one
+ * block), so only rounding separates them. Napkin math for the reference: per key and head
+ * 2 * d_head scalar conversions and 2 * d_head multiply-adds, about 4 ns per key at d_head 64,
+ * which is why the variants exist: at 1,000 positions and 9 heads that is 36 us per layer. */
+#include "attn.h"
+
+#include <math.h>
+
+#include "base/cpu.h"
+#include "base/err.h"
+#include "base/f16.h"
+
+/* State per head: running max m and sum l; the running weighted sum of V lives in out. */
+void hx_attn_ref(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
+                 int32_t first, int32_t last, float *out)
+{
+    const int32_t d = d_head, rs = kv->row_stride, bt = kv->block_tokens;
+    float m[HX_ATTN_MAX_Q], l[HX_ATTN_MAX_Q];
+    HX_ASSERT(n_q >= 1 && n_q <= HX_ATTN_MAX_Q && first <= last);
+    for (int32_t g = 0; g < n_q; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        for (int32_t i = 0; i < d; i++) out[g * d + i] = 0.0f;
+    }
+    int32_t n = 0;
+    for (int32_t pos = first; pos <= last; pos += n) {
+        const int32_t off = pos % bt;
+        n = bt - off < last + 1 - pos ? bt - off : last + 1 - pos;
+        if (n > HX_ATTN_CHUNK) n = HX_ATTN_CHUNK;
+        const size_t base = (size_t)kv->blocks[pos / bt] * kv->block_stride + (size_t)off * rs;
+        const uint16_t *kc = kv->k + base, *vc = kv->v + base;
+        for (int32_t g = 0; g < n_q; g++) {
+            const float *qg = q + g * d;
+            float *og = out + g * d;
+            float s[HX_ATTN_CHUNK];
+            float mc = m[g];
+            for (int32_t j = 0; j < n; j++) {
+                float dot = 0.0f;
+                for (int32_t i = 0; i < d; i++) dot += qg[i] * hx_f16_to_f32(kc[j * rs + i]);
+                s[j] = dot * scale;
+                mc = s[j] > mc ? s[j] : mc;
+            }
+            const float corr = expf(m[g] - mc);
+            float sum = 0.0f;
+            for (int32_t j = 0; j < n; j++) {
+                s[j] = expf(s[j] - mc);
+                sum += s[j];
+            }
+            l[g] = l[g] * corr + sum;
+            m[g] = mc;
+            for (int32_t i = 0; i < d; i++) {
+                float acc = og[i] * corr;
+                for (int32_t j = 0; j < n; j++) acc += s[j] * hx_f16_to_f32(vc[j * rs + i]);
+                og[i] = acc;
+            }
+        }
+    }
+    for (int32_t g = 0; g < n_q; g++)
+        for (int32_t i = 0; i < d; i++) out[g * d + i] /= l[g];
+}
+
+void hx_f16_store_ref(const float *x, uint16_t *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = hx_f32_to_f16(x[i]);
+}
+
+/* ---- variant list ---- */
+
+static const hx_attn_variant attn_impls[] = { /* best first; the reference last */
+#if defined(__x86_64__)
+    { "avx512", HX_ISA_AVX512 | HX_ISA_AVX2, 16, hx_attn_avx512, hx_f16_store_avx512 },
+    { "avx2",   HX_ISA_AVX2,                 8,  hx_attn_avx2,   hx_f16_store_avx2   },
+#endif
+    { "ref",    HX_ISA_NONE,                 1,  hx_attn_ref,    hx_f16_store_ref    },
+};
+
+int hx_attn_variants(unsigned isa, hx_attn_variant *out, int max)
+{
+    int n = 0;
+    for (size_t i = 0; i < HX_COUNTOF(attn_impls); i++) {
+        if ((attn_impls[i].isa & ~isa) != 0) continue;
+        if (n < max) out[n] = attn_impls[i];
+        n++;
+    }
+    return n;
+}

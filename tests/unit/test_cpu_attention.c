@@ -1,0 +1,321 @@
+/* test_cpu_attention.c - the attention kernels (attn.h) against their reference, the reference
+ * against a double-precision two-pass softmax, the f16 cache write bit for bit, and the CPU
+ * backend's attention driver (runs of GQA heads, sliding window, thread counts).
+ *
+ * Tolerance: every output element within 2e-5 of the reference (absolute; V values and so the
+ * outputs are within [-1, 1]). The variants differ from the reference only in summation order,
+ * FMA contraction and a polynomial exp within 2 ulp, which measures about 1e-6 here. */
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cpu/attn.h"
+#include "backend/cpu/cpu_backend.h"
+#include "base/alloc.h"
+#include "base/cpu.h"
+#include "base/err.h"
+#include "base/f16.h"
+#include "check.h"
+
+#define ATTN_TOL 2e-5
+
+static uint32_t rng_next(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+
+static float rng_unit(uint32_t *s) /* uniform in [-1, 1) */
+{
+    return (float)rng_next(s) / 8388608.0f - 1.0f;
+}
+
+/* A synthetic cache: n_layer layers, n_kv heads, blocks of bt positions, the sequence's blocks
+ * in shuffled order so that the block table is really followed. */
+typedef struct {
+    uint16_t *k, *v;
+    int32_t  *blocks;
+    int32_t   n_blocks, bt, n_layer, n_kv, d;
+} cache;
+
+static int cache_init(cache *c, int32_t n_ctx, int32_t n_kv, int32_t d, uint32_t *rng)
+{
+    c->bt = 16;
+    c->n_layer = 2;
+    c->n_kv = n_kv;
+    c->d = d;
+    c->n_blocks = (n_ctx + c->bt - 1) / c->bt + 3;
+    const size_t n = (size_t)c->n_blocks * (size_t)(c->n_layer * c->bt * n_kv * d);
+    c->k = hx_alloc(n * sizeof(uint16_t));
+    c->v = hx_alloc(n * sizeof(uint16_t));
+    c->blocks = hx_alloc((size_t)c->n_blocks * sizeof(int32_t));
+    if (!c->k || !c->v || !c->blocks) return 1;
+    for (size_t i = 0; i < n; i++) {
+        c->k[i] = hx_f32_to_f16(rng_unit(rng));
+        c->v[i] = hx_f32_to_f16(rng_unit(rng));
+    }
+    for (int32_t b = 0; b < c->n_blocks; b++) c->blocks[b] = b;
+    for (int32_t b = c->n_blocks - 1; b > 0; b--) { /* Fisher-Yates */
+        const int32_t o = (int32_t)(rng_next(rng) % (uint32_t)(b + 1)), x = c->blocks[b];
+        c->blocks[b] = c->blocks[o];
+        c->blocks[o] = x;
+    }
+    return 0;
+}
+
+static void cache_free(cache *c)
+{
+    hx_free(c->k);
+    hx_free(c->v);
+    hx_free(c->blocks);
+}
+
+/* The view of layer 1, kv head kvh. */
+static hx_attn_kv cache_view(const cache *c, int32_t kvh)
+{
+    const int32_t kvd = c->n_kv * c->d;
+    const size_t off = (size_t)1 * (size_t)(c->bt * kvd) + (size_t)kvh * (size_t)c->d;
+    return (hx_attn_kv){ c->k + off, c->v + off, c->blocks, (size_t)(c->n_layer * c->bt * kvd),
+                         kvd, c->bt };
+}
+
+/* Two-pass softmax in double, one head: the mathematical definition. */
+static void naive_attention(const hx_attn_kv *kv, const float *q, int32_t d, float scale,
+                            int32_t first, int32_t last, double *out)
+{
+    double mx = -INFINITY, sum = 0.0;
+    double s[1100];
+    for (int32_t j = first; j <= last; j++) {
+        const uint16_t *kj = kv->k + (size_t)kv->blocks[j / kv->block_tokens] * kv->block_stride +
+                             (size_t)(j % kv->block_tokens) * (size_t)kv->row_stride;
+        double dot = 0.0;
+        for (int32_t i = 0; i < d; i++) dot += (double)q[i] * hx_f16_to_f32(kj[i]);
+        s[j - first] = dot * scale;
+        if (s[j - first] > mx) mx = s[j - first];
+    }
+    for (int32_t i = 0; i < d; i++) out[i] = 0.0;
+    for (int32_t j = first; j <= last; j++) {
+        const double w = exp(s[j - first] - mx);
+        const uint16_t *vj = kv->v + (size_t)kv->blocks[j / kv->block_tokens] * kv->block_stride +
+                             (size_t)(j % kv->block_tokens) * (size_t)kv->row_stride;
+        sum += w;
+        for (int32_t i = 0; i < d; i++) out[i] += w * hx_f16_to_f32(vj[i]);
+    }
+    for (int32_t i = 0; i < d; i++) out[i] /= sum;
+}
+
+static const int32_t ctx_lens[] = { 1, 15, 16, 17, 100, 1000 };
+static const int32_t groups[] = { 1, 3, 4 };
+static const int32_t d_heads[] = { 64, 128 };
+
+/* Every SIMD variant this CPU runs agrees with the reference on every shape, with full causal
+ * attention and a sliding window of 37, and with scores of ordinary and of very wide range. */
+static int test_variants_match_reference(void)
+{
+    hx_attn_variant vars[8];
+    const int n_var = hx_attn_variants(hx_cpu_isa(), vars, 8);
+    CHECK(n_var >= 1 && n_var <= 8);
+    CHECK_STR(vars[n_var - 1].name, "ref");
+    uint32_t rng = 7;
+    double worst = 0.0;
+    for (size_t di = 0; di < HX_COUNTOF(d_heads); di++)
+    for (size_t gi = 0; gi < HX_COUNTOF(groups); gi++)
+    for (size_t ci = 0; ci < HX_COUNTOF(ctx_lens); ci++) {
+        const int32_t d = d_heads[di], grp = groups[gi], n_ctx = ctx_lens[ci];
+        cache c;
+        CHECK_EQ(cache_init(&c, n_ctx, 2, d, &rng), 0);
+        float *q = hx_alloc((size_t)(grp * d) * sizeof(float));
+        float *ref = hx_alloc((size_t)(grp * d) * sizeof(float));
+        float *got = hx_alloc((size_t)(grp * d) * sizeof(float));
+        CHECK(q && ref && got);
+        const hx_attn_kv view = cache_view(&c, 1);
+        for (int win = 0; win < 2; win++)
+        for (int wide = 0; wide < 2; wide++) {
+            const float amp = wide ? 12.0f : 1.0f; /* wide: scores spread over ~100 */
+            for (int32_t i = 0; i < grp * d; i++) q[i] = amp * rng_unit(&rng);
+            const int32_t last = n_ctx - 1;
+            const int32_t first = win && last - 36 > 0 ? last - 36 : 0;
+            const float scale = 1.0f / sqrtf((float)d);
+            hx_attn_ref(&view, q, grp, d, scale, first, last, ref);
+            for (int vi = 0; vi < n_var - 1; vi++) {
+                CHECK(d % vars[vi].d_align == 0);
+                vars[vi].attend(&view, q, grp, d, scale, first, last, got);
+                for (int32_t i = 0; i < grp * d; i++) {
+                    const double e = fabs((double)got[i] - ref[i]);
+                    if (e > worst) worst = e;
+                    if (!(e <= ATTN_TOL))
+                        CHECK_FAIL("%s d=%d group=%d n_ctx=%d win=%d wide=%d [%d]: %.9g vs "
+                                   "%.9g", vars[vi].name, d, grp, n_ctx, win, wide, i,
+                                   (double)got[i], (double)ref[i]);
+                }
+            }
+        }
+        hx_free(q);
+        hx_free(ref);
+        hx_free(got);
+        cache_free(&c);
+    }
+    printf("max |variant - ref| = %.3g over %d variant(s) (tolerance %g)\n", worst, n_var - 1,
+           ATTN_TOL);
+    return 0;
+}
+
+/* The reference equals the double-precision two-pass softmax within f32 rounding. */
+static int test_reference_matches_double_softmax(void)
+{
+    uint32_t rng = 99;
+    double worst = 0.0;
+    for (size_t di = 0; di < HX_COUNTOF(d_heads); di++)
+    for (size_t ci = 0; ci < HX_COUNTOF(ctx_lens); ci++) {
+        const int32_t d = d_heads[di], n_ctx = ctx_lens[ci], grp = 3;
+        cache c;
+        CHECK_EQ(cache_init(&c, n_ctx, 2, d, &rng), 0);
+        float q[3 * 128], out[3 * 128];
+        double want[128];
+        for (int32_t i = 0; i < grp * d; i++) q[i] = 4.0f * rng_unit(&rng);
+        const hx_attn_kv view = cache_view(&c, 0);
+        const float scale = 1.0f / sqrtf((float)d);
+        const int32_t first = n_ctx > 20 ? n_ctx - 20 : 0;
+        for (int win = 0; win < 2; win++) {
+            const int32_t f = win ? first : 0;
+            hx_attn_ref(&view, q, grp, d, scale, f, n_ctx - 1, out);
+            for (int32_t g = 0; g < grp; g++) {
+                naive_attention(&view, q + g * d, d, scale, f, n_ctx - 1, want);
+                for (int32_t i = 0; i < d; i++) {
+                    const double e = fabs(out[g * d + i] - want[i]);
+                    if (e > worst) worst = e;
+                    CHECK_NEAR(out[g * d + i], want[i], ATTN_TOL);
+                }
+            }
+        }
+        cache_free(&c);
+    }
+    printf("max |ref - double softmax| = %.3g (tolerance %g)\n", worst, ATTN_TOL);
+    return 0;
+}
+
+/* The cache write gives hx_f32_to_f16's bits for every non-NaN float, ties, subnormals and the
+ * overflow edge included; a NaN stays a NaN. */
+static int test_f16_store_matches_reference_bits(void)
+{
+    hx_attn_variant vars[8];
+    const int n_var = hx_attn_variants(hx_cpu_isa(), vars, 8);
+    enum { N = 4099 };
+    static float x[N];
+    static uint16_t want[N], got[N];
+    static const uint32_t special[] = {
+        0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x477FE000u, 0x477FEFFFu,
+        0x477FF000u, 0x477FF001u, 0x38800000u, 0x387FFFFFu, 0x33800000u, 0x33800001u,
+        0x33000000u, 0x33000001u, 0x337FFFFFu, 0x3F801000u, 0x3F803000u, 0x3F800FFFu,
+        0x00000001u, 0x7FC00000u, 0x7F800001u, 0xFFFFFFFFu,
+    };
+    uint32_t rng = 3;
+    for (int round = 0; round < 64; round++) {
+        for (int i = 0; i < N; i++) {
+            uint32_t u = rng_next(&rng) | (rng_next(&rng) << 24);
+            if (i % 3 == 0) /* mostly the exponent range of f16 and its edges */
+                u = (u & 0x807FFFFFu) | ((uint32_t)(100 + rng_next(&rng) % 45) << 23);
+            if (i < (int)HX_COUNTOF(special)) u = special[i];
+            x[i] = hx_bits_to_f32(u);
+        }
+        hx_f16_store_ref(x, want, N);
+        for (int vi = 0; vi < n_var; vi++) {
+            vars[vi].store(x, got, N);
+            for (int i = 0; i < N; i++) {
+                const int nan = (want[i] & 0x7C00) == 0x7C00 && (want[i] & 0x3FF) != 0;
+                if (nan) {
+                    CHECK((got[i] & 0x7C00) == 0x7C00 && (got[i] & 0x3FF) != 0);
+                    continue;
+                }
+                if (got[i] != want[i])
+                    CHECK_FAIL("%s: f16(%a) = 0x%04x, want 0x%04x", vars[vi].name, (double)x[i],
+                               got[i], want[i]);
+            }
+        }
+    }
+    return 0;
+}
+
+/* Through the backend: kv_write then attention of a prefill of several rows (GQA 3, sliding
+ * window) gives, for every (row, head), the bits of the chosen kernel run on that head alone, and
+ * the same bits with 1 and 3 threads. */
+static int test_backend_attention_matches_kernel_per_head(void)
+{
+    const int32_t n_head = 6, n_kv = 2, d = 64, kvd = n_kv * d, n_tok = 40, bt = 16;
+    const int32_t n_layer = 2, layer = 1;
+    hx_attn_variant vars[8];
+    hx_attn_fn attend = hx_attn_ref;
+    const int n_var = hx_attn_variants(hx_cpu_isa(), vars, 8);
+    for (int i = 0; i < n_var; i++) {
+        if (d % vars[i].d_align == 0) {
+            attend = vars[i].attend;
+            break;
+        }
+    }
+    int32_t blocks[4] = { 2, 0, 3, 1 }, pos[40];
+    float *q = hx_alloc((size_t)(n_tok * n_head * d) * sizeof(float));
+    float *kx = hx_alloc((size_t)(n_tok * kvd) * sizeof(float));
+    float *vx = hx_alloc((size_t)(n_tok * kvd) * sizeof(float));
+    float *out[2], want[64];
+    out[0] = hx_alloc((size_t)(n_tok * n_head * d) * sizeof(float));
+    out[1] = hx_alloc((size_t)(n_tok * n_head * d) * sizeof(float));
+    CHECK(q && kx && vx && out[0] && out[1]);
+    uint32_t rng = 11;
+    for (int32_t i = 0; i < n_tok * n_head * d; i++) q[i] = 2.0f * rng_unit(&rng);
+    for (int32_t i = 0; i < n_tok * kvd; i++) {
+        kx[i] = rng_unit(&rng);
+        vx[i] = rng_unit(&rng);
+    }
+    for (int32_t t = 0; t < n_tok; t++) pos[t] = 20 + t; /* rows 20..59 of a 60-position cache */
+    const hx_kv_seq seq = { blocks, 60 };
+    const hx_attn_shape shape = { n_head, n_kv, d, 0.125f, 25 };
+    for (int run = 0; run < 2; run++) {
+        hx_backend *be = NULL;
+        hx_err err = {0};
+        CHECK_EQ(hx_cpu_backend_create(run ? 3 : 1, 0, &be, &err), HX_OK);
+        hx_kv_store kv = { NULL, NULL, 4, bt, n_layer, kvd };
+        CHECK_EQ(be->kv_alloc(be, &kv, &err), HX_OK);
+        int32_t pre[20];
+        for (int32_t t = 0; t < 20; t++) pre[t] = t;
+        be->kv_write(be, &kv, layer, &seq, pre, kx, vx, 20); /* positions 0..19 */
+        be->kv_write(be, &kv, layer, &seq, pos, kx, vx, n_tok);
+        be->attention(be, &kv, layer, &seq, q, pos, n_tok, &shape, out[run]);
+        if (run == 0) {
+            for (int32_t t = 0; t < n_tok; t++)
+            for (int32_t h = 0; h < n_head; h++) {
+                const int32_t kvh = h / (n_head / n_kv), last = pos[t];
+                const int32_t first = last - 24 > 0 ? last - 24 : 0;
+                const size_t off = (size_t)layer * (size_t)(bt * kvd) + (size_t)kvh * d;
+                const hx_attn_kv view = { (const uint16_t *)kv.k + off,
+                                          (const uint16_t *)kv.v + off, blocks,
+                                          (size_t)(n_layer * bt * kvd), kvd, bt };
+                attend(&view, q + (t * n_head + h) * d, 1, d, shape.scale, first, last, want);
+                const float *o = out[0] + (t * n_head + h) * d;
+                if (memcmp(o, want, sizeof want) != 0)
+                    CHECK_FAIL("t=%d h=%d: %.9g vs %.9g", t, h, (double)o[0], (double)want[0]);
+            }
+            /* K of position 25 went through the cache write exactly. */
+            const uint16_t *k25 = (const uint16_t *)kv.k +
+                                  ((size_t)blocks[1] * n_layer + layer) * (size_t)(bt * kvd) +
+                                  (size_t)9 * kvd;
+            for (int32_t i = 0; i < kvd; i++) CHECK_EQ(k25[i], hx_f32_to_f16(kx[5 * kvd + i]));
+        }
+        be->kv_free(be, &kv);
+        be->destroy(be);
+    }
+    CHECK(memcmp(out[0], out[1], (size_t)(n_tok * n_head * d) * sizeof(float)) == 0);
+    hx_free(q);
+    hx_free(kx);
+    hx_free(vx);
+    hx_free(out[0]);
+    hx_free(out[1]);
+    return 0;
+}
+
+static const check_case cases[] = {
+    { "variants_match_reference", test_variants_match_reference },
+    { "reference_matches_double_softmax", test_reference_matches_double_softmax },
+    { "f16_store_matches_reference_bits", test_f16_store_matches_reference_bits },
+    { "backend_attention_matches_kernel_per_head", test_backend_attention_matches_kernel_per_head },
+};
+
+CHECK_MAIN(cases)
