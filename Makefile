@@ -62,9 +62,12 @@ parity: build starter-model test-deps
 	    smollm2-q4_1 --tokenizer ../shared/data/tokenizers/smollm2/tokenizer.json
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) -m pytest -q -s tests/parity
 
+# The peer, llama-cpp-python, builds llama.cpp from source on first use (several minutes).
 bench: build starter-model test-deps
+	@$(PY) -c "import llama_cpp" 2>/dev/null || $(PY) -m pip install -q llama-cpp-python==0.3.36
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/open_time.py
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/tokenizer_speed.py --mb 20 --rounds 3
+	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/engine_bench.py --threads 2 --runs 5
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

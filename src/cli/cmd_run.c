@@ -50,6 +50,7 @@ static void usage(const char *verb)
             "                                                   generation_config.json, else\n"
             "                                                   0.8 / 40 / 0.95 / 0.05)\n"
             "  --max-tokens N    reply length limit (default: until the context is full)\n"
+            "  --ignore-eos      keep generating past end-of-turn tokens (for benchmarks)\n"
             "  --threads N       CPU threads (default: physical cores)\n"
             "  --ctx N           context positions (default: the model's, at most 8192)\n"
             "  --system TEXT     system prompt\n"
@@ -72,6 +73,7 @@ static int parse(int argc, char **argv, const char *verb, run_opts *o)
         if (strcmp(a, "--raw") == 0) o->raw = true;
         else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) o->verbose = true;
         else if (strcmp(a, "--int8") == 0) o->int8 = true;
+        else if (strcmp(a, "--ignore-eos") == 0) o->gp.ignore_eos = true;
         else if (strcmp(a, "--temp") == 0 && has) o->temp = strtof(NEXT, NULL), o->temp_set = true;
         else if (strcmp(a, "--top-k") == 0 && has) o->top_k = atoi(NEXT), o->top_k_set = true;
         else if (strcmp(a, "--top-p") == 0 && has) o->top_p = strtof(NEXT, NULL), o->top_p_set = true;
