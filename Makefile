@@ -68,6 +68,10 @@ bench: build starter-model test-deps
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/open_time.py
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/tokenizer_speed.py --mb 20 --rounds 3
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/engine_bench.py --threads 2 --runs 5
+	@[ -f $(BUILD)/llama-3.2-1b-q4_0.gguf ] || \
+	    $(PY) bench/gen_shaped_gguf.py $(BUILD)/llama-3.2-1b-q4_0.gguf --shape llama-3.2-1b
+	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/engine_bench.py --threads 2 --runs 3 \
+	    --model $(BUILD)/llama-3.2-1b-q4_0.gguf
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
