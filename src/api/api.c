@@ -10,12 +10,11 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "base/alloc.h"
+#include "engine/chat_prompt.h"
 #include "engine/sequence.h"
 #include "format/discover.h"
 #include "hearth.h"
 #include "template/jinja.h"
-
-#define STEP_TOKENS 256
 
 struct hx_model {
     hx_model_files *mf;
@@ -71,13 +70,6 @@ HX_API void hx_model_close(hx_model *m)
     hx_free(m);
 }
 
-static json_t *token_text(const hx_tokenizer *tok, int32_t id)
-{
-    size_t n = 0;
-    const char *p = id >= 0 ? hx_tokenizer_piece(tok, id, &n) : "";
-    return json_stringn(p, n);
-}
-
 HX_API hx_status hx_model_apply_template(hx_model *m, const char *messages_json,
                                          bool add_generation_prompt, char **out)
 {
@@ -87,17 +79,10 @@ HX_API hx_status hx_model_apply_template(hx_model *m, const char *messages_json,
         json_decref(msgs);
         return HX_E_INVALID;
     }
-    json_t *req = json_pack("{s:o, s:b, s:o, s:o}", "messages", msgs, "add_generation_prompt",
-                            add_generation_prompt, "bos_token",
-                            token_text(m->tok, hx_tokenizer_bos(m->tok)), "eos_token",
-                            token_text(m->tok, hx_tokenizer_eos(m->tok)));
-    json_t *ctx = NULL;
     hx_err err = {0};
     char *text = NULL;
-    hx_status st = req ? hx_template_chat_context(req, &ctx, &err) : HX_E_NOMEM;
-    if (st == HX_OK) st = hx_template_render(m->tpl, ctx, &text, NULL, &err);
-    json_decref(ctx);
-    json_decref(req);
+    hx_status st = hx_chat_render(m->tpl, m->tok, msgs, add_generation_prompt, &text, NULL, &err);
+    json_decref(msgs);
     if (st == HX_OK) *out = text;
     return st;
 }
@@ -134,13 +119,9 @@ HX_API hx_status hx_session_open(hx_model *m, const hx_model_params *params, hx_
     s->model = m;
     hx_status st = hx_cpu_backend_create(p.n_threads, p.int8_kernels ? HX_CPU_INT8_ACT : 0,
                                          &s->be, &s->err);
-    if (st == HX_OK) st = hx_llm_open(m->mf, s->be, STEP_TOKENS, &s->llm, &s->err);
+    if (st == HX_OK) st = hx_llm_open(m->mf, s->be, HX_SEQUENCE_STEP_TOKENS, &s->llm, &s->err);
     if (st == HX_OK) {
-        int32_t ctx = p.n_ctx;
-        if (ctx <= 0) {
-            ctx = m->mf->hp.n_ctx_train > 0 ? m->mf->hp.n_ctx_train : 4096;
-            if (ctx > 8192) ctx = 8192;
-        }
+        const int32_t ctx = p.n_ctx > 0 ? p.n_ctx : hx_sequence_default_ctx(&m->mf->hp);
         st = hx_sequence_init(s->llm, m->tok, ctx, &s->seq, &s->err);
     }
     if (st != HX_OK) {

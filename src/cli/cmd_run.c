@@ -15,11 +15,10 @@
 #include "backend/cpu/cpu_backend.h"
 #include "base/alloc.h"
 #include "cli/cli.h"
+#include "engine/chat_prompt.h"
 #include "engine/sequence.h"
 #include "format/discover.h"
 #include "template/jinja.h"
-
-#define STEP_TOKENS 256 /* prefill chunk: rows per forward step */
 
 typedef struct {
     const char   *model, *prompt, *system;
@@ -128,13 +127,9 @@ static int load(run_opts *o, loaded *l)
         st = hx_template_compile(l->mf->chat_template, strlen(l->mf->chat_template), &l->tpl, &err);
     if (st == HX_OK)
         st = hx_cpu_backend_create(o->threads, o->int8 ? HX_CPU_INT8_ACT : 0, &l->be, &err);
-    if (st == HX_OK) st = hx_llm_open(l->mf, l->be, STEP_TOKENS, &l->llm, &err);
+    if (st == HX_OK) st = hx_llm_open(l->mf, l->be, HX_SEQUENCE_STEP_TOKENS, &l->llm, &err);
     if (st == HX_OK) {
-        int ctx = o->ctx;
-        if (ctx == 0) {
-            ctx = l->mf->hp.n_ctx_train > 0 ? l->mf->hp.n_ctx_train : 4096;
-            if (ctx > 8192) ctx = 8192;
-        }
+        const int32_t ctx = o->ctx > 0 ? o->ctx : hx_sequence_default_ctx(&l->mf->hp);
         st = hx_sequence_init(l->llm, l->tok, ctx, &l->seq, &err);
     }
     if (st != HX_OK) {
@@ -153,14 +148,6 @@ static int load(run_opts *o, loaded *l)
     return 0;
 }
 
-/* The text of a special token, for the template's bos_token / eos_token. */
-static json_t *token_text(const hx_tokenizer *tok, int32_t id)
-{
-    size_t n = 0;
-    const char *p = id >= 0 ? hx_tokenizer_piece(tok, id, &n) : "";
-    return json_stringn(p, n);
-}
-
 /* Renders messages through the template (or takes the last message's text when there is none)
  * and tokenizes it; *ids is filled on success. */
 static hx_status prompt_ids(const loaded *l, json_t *messages, bool raw, hx_tok_ids *ids,
@@ -173,19 +160,11 @@ static hx_status prompt_ids(const loaded *l, json_t *messages, bool raw, hx_tok_
         return hx_tokenizer_encode(l->tok, text, strlen(text),
                                    HX_TOK_ADD_SPECIAL | HX_TOK_PARSE_SPECIAL, ids, err);
     }
-    json_t *req = json_pack("{s:O, s:b, s:o, s:o}", "messages", messages, "add_generation_prompt", 1,
-                            "bos_token", token_text(l->tok, hx_tokenizer_bos(l->tok)),
-                            "eos_token", token_text(l->tok, hx_tokenizer_eos(l->tok)));
-    json_t *ctx = NULL;
     char *text = NULL;
     size_t len = 0;
-    hx_status st = req ? hx_template_chat_context(req, &ctx, err)
-                       : hx_err_set(err, HX_E_NOMEM, "out of memory");
-    if (st == HX_OK) st = hx_template_render(l->tpl, ctx, &text, &len, err);
+    hx_status st = hx_chat_render(l->tpl, l->tok, messages, true, &text, &len, err);
     if (st == HX_OK) st = hx_tokenizer_encode(l->tok, text, len, HX_TOK_PARSE_SPECIAL, ids, err);
     hx_free(text);
-    json_decref(ctx);
-    json_decref(req);
     return st;
 }
 

@@ -228,6 +228,12 @@ done:
     return st;
 }
 
+int32_t hx_sequence_default_ctx(const hx_hparams *hp)
+{
+    const int32_t ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096;
+    return ctx > 8192 ? 8192 : ctx;
+}
+
 hx_sampling hx_model_sampling_defaults(const hx_model_files *mf)
 {
     hx_sampling p = hx_sampling_default();

@@ -61,6 +61,12 @@ hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
 /* The tokens the cache holds (prompt + generated text of the last call), borrowed. */
 const int32_t *hx_sequence_tokens(const hx_sequence *s, int32_t *n);
 
+/* Rows per forward step when prefilling (the model's max_tok for sequences). */
+#define HX_SEQUENCE_STEP_TOKENS 256
+
+/* The default context of a sequence: the model's trained context, at most 8192 on the CPU. */
+int32_t hx_sequence_default_ctx(const hx_hparams *hp);
+
 /* Sampling defaults of a model: hx_sampling_default() overridden by generation_config.json
  * (temperature, top_k, top_p, min_p, repetition_penalty) when the model has one. */
 hx_sampling hx_model_sampling_defaults(const hx_model_files *mf);
