@@ -65,6 +65,13 @@ struct hx_backend {
     /* Copies n bytes of backend memory to the host (for logits). */
     void (*read)(hx_backend *be, void *dst, const void *src, size_t n);
 
+    /* Prepares matmul weight w once at load and returns the tensor to pass to matmul in its
+     * place: w itself, or a backend-owned copy whose `prepared` holds the weights repacked for
+     * its kernels (same values). NULL with err set when out of memory. Release each returned
+     * tensor with weight_release before the backend is destroyed; w must outlive the copy. */
+    const hx_tensor *(*weight)(hx_backend *be, const hx_tensor *w, hx_err *err);
+    void (*weight_release)(hx_backend *be, const hx_tensor *w);
+
     /* KV storage for n_blocks blocks; freed by kv_free. */
     hx_status (*kv_alloc)(hx_backend *be, hx_kv_store *kv, hx_err *err);
     void (*kv_free)(hx_backend *be, hx_kv_store *kv);

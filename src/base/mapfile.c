@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -47,4 +48,18 @@ void hx_unmap(hx_mapped *m)
 {
     if (m->data) munmap((void *)m->data, m->size);
     *m = (hx_mapped){0};
+}
+
+void hx_map_drop(const hx_mapped *m, const void *p, size_t n)
+{
+    const uintptr_t lo_m = (uintptr_t)m->data, hi_m = lo_m + m->size;
+    uintptr_t lo = (uintptr_t)p, hi = lo + n;
+    if (!m->data || hi <= lo_m || lo >= hi_m) return;
+    if (lo < lo_m) lo = lo_m;
+    if (hi > hi_m) hi = hi_m;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    lo = (lo + page - 1) & ~(page - 1);
+    hi &= ~(page - 1);
+    /* A private read-only mapping never holds changed pages, so DONTNEED loses nothing. */
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }

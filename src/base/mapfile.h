@@ -18,4 +18,9 @@ typedef struct {
 hx_status hx_map_file(const char *path, hx_mapped *m, hx_err *err);
 void      hx_unmap(hx_mapped *m); /* accepts a zeroed mapping */
 
+/* Drops this process's resident pages of [p, p + n) that lie inside m (whole pages only; bytes
+ * outside m are ignored): for data read once and kept elsewhere, such as weights a backend
+ * repacked. The bytes stay readable; reading them again brings them back from the page cache. */
+void hx_map_drop(const hx_mapped *m, const void *p, size_t n);
+
 #endif

@@ -610,6 +610,13 @@ void hx_model_files_close(hx_model_files *mf)
     hx_free(mf);
 }
 
+void hx_model_files_drop(const hx_model_files *mf, const hx_tensor *t)
+{
+    if (mf->gguf) hx_map_drop(&mf->gguf->map, t->data, t->n_bytes);
+    for (int32_t f = 0; mf->shards && f < mf->n_files; f++)
+        if (mf->shards[f]) hx_map_drop(&mf->shards[f]->map, t->data, t->n_bytes);
+}
+
 const hx_tensor_info *hx_model_files_find(const hx_model_files *mf, const char *name)
 {
     int64_t lo = 0, hi = mf->n_tensors - 1;

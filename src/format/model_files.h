@@ -97,6 +97,10 @@ void      hx_model_files_close(hx_model_files *mf); /* accepts NULL and partly b
 /* The tensor with this normalised name, or NULL. */
 const hx_tensor_info *hx_model_files_find(const hx_model_files *mf, const char *name);
 
+/* Tells the mapping that t's bytes were copied elsewhere (a backend repacked them): their pages
+ * leave this process's resident memory and come back from the page cache if read again. */
+void hx_model_files_drop(const hx_model_files *mf, const hx_tensor *t);
+
 /* Sum of the elements of all tensors (MLX weights counted unpacked). */
 int64_t hx_model_files_n_params(const hx_model_files *mf);
 

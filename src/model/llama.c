@@ -98,6 +98,43 @@ void hx_rope_init(const hx_hparams *hp, int32_t n_rot, const hx_tensor *freq_fac
     }
 }
 
+/* The seven matmul weights of layer L, as slots prepare_weights rebinds. */
+#define LAYER_MATMULS(L) {&(L)->wq, &(L)->wk, &(L)->wv, &(L)->wo, &(L)->w_gate, &(L)->w_up, \
+                          &(L)->w_down}
+
+/* Hands every matmul weight to the backend once (it may repack it, backend.h `weight`); the
+ * embedding lookup keeps the file's tensor even when the output projection shares it. */
+static hx_status prepare(const hx_llm *m, const hx_tensor **slot, hx_err *err)
+{
+    const hx_tensor *t = m->be->weight(m->be, *slot, err);
+    if (!t) return HX_E_NOMEM;
+    if (t != *slot) hx_model_files_drop(m->mf, *slot); /* read once; the copy is used now */
+    *slot = t;
+    return HX_OK;
+}
+
+static hx_status prepare_weights(hx_llm *m, hx_err *err)
+{
+    for (int i = 0; i < m->hp.n_layer; i++) {
+        const hx_tensor **ws[] = LAYER_MATMULS(&m->layers[i]);
+        for (size_t j = 0; j < HX_COUNTOF(ws); j++)
+            if (prepare(m, ws[j], err) != HX_OK) return HX_E_NOMEM;
+    }
+    return prepare(m, &m->output, err);
+}
+
+/* Gives back the prepared copies (those the backend made; file tensors have none). */
+static void release_weights(hx_llm *m)
+{
+    if (!m->layers) return;
+    for (int i = 0; i < m->hp.n_layer; i++) {
+        const hx_tensor **ws[] = LAYER_MATMULS(&m->layers[i]);
+        for (size_t j = 0; j < HX_COUNTOF(ws); j++)
+            if (*ws[j] && (*ws[j])->prepared) m->be->weight_release(m->be, *ws[j]);
+    }
+    if (m->output && m->output->prepared) m->be->weight_release(m->be, m->output);
+}
+
 hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok, hx_llm **out,
                       hx_err *err)
 {
@@ -155,6 +192,7 @@ hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok,
             (st = check2(mf, L->w_down, "ffn_down", i, d, hp->d_ff, err)))
             goto fail;
     }
+    if ((st = prepare_weights(m, err)) != HX_OK) goto fail;
     if (!(m->inv_freq = hx_alloc((size_t)hp->d_head / 2 * sizeof(float)))) goto nomem;
     hx_rope_init(hp, hp->d_head, get(mf, "rope_freqs.weight"), m->inv_freq, &m->rope.mscale);
     m->rope.inv_freq = m->inv_freq;
@@ -192,6 +230,7 @@ void hx_llm_close(hx_llm *m)
     float *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->gate, m->up, m->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
+    release_weights(m);
     hx_free(m->inv_freq);
     hx_free(m->layers);
     hx_free(m);

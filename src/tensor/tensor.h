@@ -22,6 +22,9 @@ typedef struct {
     const void *biases;
     hx_dtype    sb_dtype;   /* F16, BF16 or F32 */
     int32_t     group_size; /* 32, 64 or 128 */
+    /* A backend's copy of the weights in the layout its kernels want (backend.h, `weight`),
+     * owned by that backend; NULL for tensors as the file has them. data stays valid. */
+    const void *prepared;
 } hx_tensor;
 
 /* Elements in the tensor (product of its shape) and its number of rows (all but the last dim). */

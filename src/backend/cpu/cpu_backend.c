@@ -6,12 +6,14 @@
  * ops by rows. Each task gets (ith, nth) and computes its range with hx_split_range, so a given
  * thread count always produces the same bits. Matmul kernels read each weight once per call
  * whatever the row count (the paths are described at the matmul section). */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #include "backend/cpu/cpu_backend.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "base/alloc.h"
 #include "base/cpu.h"
@@ -20,6 +22,7 @@
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/attn.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/packed.h"
 
 #define MAX_THREADS 256
 
@@ -36,7 +39,16 @@ typedef struct {
     void      *act_buf;              /* act_mem rounded up to 64 bytes: the first term */
     void      *act2_buf;             /* the second (residual) term, act_bytes further */
     size_t     act_bytes;            /* of one term */
+    hx_pmatmul_fn pmatmul;           /* the packed-weight matmul, NULL where packing does not pay */
+    float     *sums;                 /* [max_tok, max_row / 32] activation block sums (packed.h) */
+    size_t     sums_floats;
+    void      *own_act[MAX_THREADS]; /* per thread: both terms and sums of up to OWN_ROWS rows */
+    size_t     own_act_bytes;        /* of one term there */
 } cpu_impl;
+
+/* Up to this many rows (decode), every thread quantizes the rows itself into its own buffer
+ * rather than sharing one quantization behind a barrier: the barrier costs more than the row. */
+#define OWN_ROWS 4
 
 static cpu_impl *impl_of(hx_backend *be) { return be->impl; }
 
@@ -55,6 +67,24 @@ static hx_status cpu_reserve(hx_backend *be, int64_t max_row, int64_t max_tok, h
         c->act_buf = (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
         c->act2_buf = (unsigned char *)c->act_buf + act;
         c->act_bytes = act;
+    }
+    const size_t sums = (size_t)(max_tok > 0 ? max_tok : 1) * (size_t)(act_n / HX_ACT_BLOCK + 1);
+    if (sums > c->sums_floats) {
+        float *p = hx_realloc(c->sums, sums * sizeof(float));
+        if (!p) return hx_err_set(err, HX_E_NOMEM, "out of memory for CPU scratch");
+        c->sums = p;
+        c->sums_floats = sums;
+    }
+    const size_t own = hx_act_bytes(OWN_ROWS, act_n > 0 ? act_n : HX_ACT_BLOCK);
+    if (own > c->own_act_bytes) {
+        const size_t own_sums = OWN_ROWS * (size_t)(act_n / HX_ACT_BLOCK + 1) * sizeof(float);
+        for (int t = 0; t < c->n_threads; t++) {
+            void *p = hx_alloc(2 * own + own_sums + 64);
+            if (!p) return hx_err_set(err, HX_E_NOMEM, "out of memory for CPU scratch");
+            hx_free(c->own_act[t]);
+            c->own_act[t] = p;
+        }
+        c->own_act_bytes = own;
     }
     const size_t floats = 2 * (size_t)(max_row > 0 ? max_row : 1);
     if (floats <= c->scratch_floats) return HX_OK;
@@ -235,27 +265,137 @@ static void matmul_int8_task(void *p, int ith, int nth)
     add_bias(a, o0, o1, n_out);
 }
 
-/* Phase 1 quantizes this thread's rows (and, two-term, their residuals through this thread's
- * scratch row); phase 2, after the barrier, runs the tile over this thread's outputs. */
+/* Quantizes rows [r0, r1) of the input to int8 blocks and, two-term, their residuals too
+ * (through this thread's scratch row). */
+static void quantize_rows(const matmul_args *a, int ith, int64_t r0, int64_t r1, hx_act *x,
+                          hx_act *x2)
+{
+    const hx_kernels *k = &a->c->k;
+    const int64_t n = x->n, nb = n / HX_ACT_BLOCK, ns = n / HX_ACT_SUB;
+    float *restrict res = a->c->scratch[ith]; /* [n]: the first half, free during a matmul */
+    for (int64_t r = r0; r < r1; r++) {
+        k->act_quant(a->x + r * n, x->qs + r * n, x->d + r * nb, x->bsum + r * ns, n);
+        if (!x2) continue;
+        hx_act_residual(a->x + r * n, x->qs + r * n, x->d + r * nb, res, n);
+        k->act_quant(res, x2->qs + r * n, x2->d + r * nb, x2->bsum + r * ns, n);
+    }
+}
+
+/* Phase 1 quantizes this thread's rows (and, two-term, their residuals); phase 2, after the
+ * barrier, runs the tile over this thread's outputs. */
 static void matmul_two_term_task(void *p, int ith, int nth)
 {
     matmul_args *a = p;
-    const hx_kernels *k = &a->c->k;
-    const int64_t n = a->act.n, n_out = a->wm.n_out;
-    float *restrict res = a->c->scratch[ith]; /* [n]: the first half, free during a matmul */
+    const int64_t n_out = a->wm.n_out;
     int64_t r0, r1, o0, o1;
     hx_split_range(a->n_rows, ith, nth, 1, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        const int64_t nb = n / HX_ACT_BLOCK, ns = n / HX_ACT_SUB;
-        k->act_quant(a->x + r * n, a->act.qs + r * n, a->act.d + r * nb, a->act.bsum + r * ns, n);
-        hx_act_residual(a->x + r * n, a->act.qs + r * n, a->act.d + r * nb, res, n);
-        k->act_quant(res, a->act2.qs + r * n, a->act2.d + r * nb, a->act2.bsum + r * ns, n);
-    }
+    quantize_rows(a, ith, r0, r1, &a->act, &a->act2);
     hx_pool_barrier(a->c->pool);
     hx_split_range(n_out, ith, nth, 16, &o0, &o1);
     if (o0 >= o1) return;
-    k->matmul2[a->wm.dtype](&a->wm, o0, o1, &a->act, &a->act2, 0, a->n_rows, a->out, n_out);
+    a->c->k.matmul2[a->wm.dtype](&a->wm, o0, o1, &a->act, &a->act2, 0, a->n_rows, a->out, n_out);
     add_bias(a, o0, o1, n_out);
+}
+
+/* Packed weights (packed.h): phase 1 quantizes this thread's rows (two terms unless the
+ * backend runs single-term int8) and their block sums; phase 2, after a barrier, runs this
+ * thread's groups of 16 outputs over every row. Up to OWN_ROWS rows every thread quantizes all
+ * of them into its own buffer instead, and there is no barrier. */
+static void matmul_packed_task(void *p, int ith, int nth)
+{
+    matmul_args *a = p;
+    cpu_impl *c = a->c;
+    const hx_packed *pk = a->w->prepared;
+    const bool two = !c->int8_act;
+    hx_act own, own2, *x = &a->act, *x2 = two ? &a->act2 : NULL;
+    float *sums = c->sums;
+    if (a->n_rows <= OWN_ROWS) {
+        unsigned char *m = (unsigned char *)(((uintptr_t)c->own_act[ith] + 63) & ~(uintptr_t)63);
+        hx_act_init(&own, m, a->n_rows, x->n);
+        hx_act_init(&own2, m + c->own_act_bytes, a->n_rows, x->n);
+        x = &own;
+        x2 = two ? &own2 : NULL;
+        sums = (float *)(void *)(m + 2 * c->own_act_bytes);
+        quantize_rows(a, ith, 0, a->n_rows, x, x2);
+        hx_packed_act_sums(x, x2, 0, a->n_rows, sums);
+    } else {
+        int64_t r0, r1;
+        hx_split_range(a->n_rows, ith, nth, 1, &r0, &r1);
+        quantize_rows(a, ith, r0, r1, x, x2);
+        hx_packed_act_sums(x, x2, r0, r1, sums);
+        hx_pool_barrier(c->pool);
+    }
+    int64_t g0, g1;
+    hx_split_range(pk->n_groups, ith, nth, 1, &g0, &g1);
+    if (g0 >= g1) return;
+    c->pmatmul(pk, g0, g1, x, x2, sums, 0, a->n_rows, a->out, pk->n_out);
+    const int64_t o1 = g1 * HX_PACK_ROWS < pk->n_out ? g1 * HX_PACK_ROWS : pk->n_out;
+    add_bias(a, g0 * HX_PACK_ROWS, o1, pk->n_out);
+}
+
+/* ---- weights: repacking at load ---- */
+
+/* A weight the backend repacked: the tensor handed to the model (its `prepared` points at p)
+ * and the packed copy. */
+typedef struct {
+    hx_tensor t;
+    hx_packed p;
+    void     *mem; /* p.data's allocation */
+} packed_weight;
+
+typedef struct {
+    const hx_packed *p;
+    const hx_wmat   *w;
+} pack_args;
+
+static void pack_task(void *p, int ith, int nth)
+{
+    const pack_args *a = p;
+    int64_t g0, g1;
+    hx_split_range(a->p->n_groups, ith, nth, 1, &g0, &g1);
+    hx_pack_groups(a->p, a->w, g0, g1);
+}
+
+/* Q4_0/Q4_1/Q8_0 matrices are repacked into 16-row groups where this CPU has the packed kernel
+ * (packed.h); every other weight is used as the file has it. The copy replaces the file's
+ * bytes for matmul only, so the mapped pages are read once here and then left to the page
+ * cache; the embedding lookup keeps reading the file's tensor. */
+static const hx_tensor *cpu_weight(hx_backend *be, const hx_tensor *w, hx_err *err)
+{
+    cpu_impl *c = impl_of(be);
+    if (!c->pmatmul || w->prepared || !hx_pack_supported(w->dtype, w->shape[w->n_dims - 1]))
+        return w;
+    const hx_wmat wm = hx_wmat_from_tensor(w);
+    packed_weight *pw = hx_calloc(1, sizeof *pw);
+    const size_t bytes = pw ? hx_pack_layout(&pw->p, &wm) : 0;
+    if (!pw || !(pw->mem = hx_alloc(bytes + 64))) {
+        hx_free(pw);
+        hx_err_set(err, HX_E_NOMEM, "out of memory repacking a %zu MiB weight", bytes >> 20);
+        return NULL;
+    }
+    pw->p.data = (unsigned char *)(((uintptr_t)pw->mem + 63) & ~(uintptr_t)63);
+#ifdef MADV_HUGEPAGE
+    if (bytes >= ((size_t)4 << 20)) { /* fewer TLB misses while decode streams it */
+        const uintptr_t lo = ((uintptr_t)pw->p.data + 4095) & ~(uintptr_t)4095;
+        const uintptr_t hi = ((uintptr_t)pw->p.data + bytes) & ~(uintptr_t)4095;
+        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+    }
+#endif
+    pack_args a = {&pw->p, &wm};
+    hx_pool_run(c->pool, pack_task, &a);
+    pw->t = *w;
+    pw->t.prepared = &pw->p;
+    return &pw->t;
+}
+
+static void cpu_weight_release(hx_backend *be, const hx_tensor *w)
+{
+    (void)be;
+    if (!w || !w->prepared) return;
+    packed_weight *pw = (packed_weight *)(void *)((const char *)w->prepared -
+                                                 offsetof(packed_weight, p));
+    hx_free(pw->mem);
+    hx_free(pw);
 }
 
 static void cpu_matmul(hx_backend *be, const hx_tensor *w, const hx_tensor *bias, const float *x,
@@ -270,6 +410,14 @@ static void cpu_matmul(hx_backend *be, const hx_tensor *w, const hx_tensor *bias
         hx_tensor_dequant_row(bias, 0, b);
     }
     matmul_args a = {c, w, b, x, n_rows, out, {0}, {0}, {0}};
+    if (w->prepared) {
+        HX_ASSERT(hx_act_bytes(n_rows, n_in) <= c->act_bytes &&
+                  (size_t)(n_rows * (n_in / HX_ACT_BLOCK)) <= c->sums_floats);
+        hx_act_init(&a.act, c->act_buf, n_rows, n_in);
+        hx_act_init(&a.act2, c->act2_buf, n_rows, n_in);
+        hx_pool_run(c->pool, matmul_packed_task, &a);
+        return;
+    }
     if (n_in % HX_ACT_BLOCK != 0) {
         hx_pool_run(c->pool, matmul_plain_task, &a);
         return;
@@ -492,8 +640,12 @@ static void cpu_destroy(hx_backend *be)
     cpu_impl *c = be->impl;
     if (c) {
         hx_pool_free(c->pool);
-        for (int t = 0; t < c->n_threads; t++) hx_free(c->scratch[t]);
+        for (int t = 0; t < c->n_threads; t++) {
+            hx_free(c->scratch[t]);
+            hx_free(c->own_act[t]);
+        }
         hx_free(c->act_mem);
+        hx_free(c->sums);
         hx_free(c);
     }
     hx_free(be);
@@ -516,6 +668,7 @@ hx_status hx_cpu_backend_create(int n_threads, unsigned flags, hx_backend **out,
     c->n_attn = hx_attn_variants(hx_cpu_isa(), c->attn, (int)HX_COUNTOF(c->attn));
     if (c->n_attn > (int)HX_COUNTOF(c->attn)) c->n_attn = (int)HX_COUNTOF(c->attn);
     c->int8_act = (flags & HX_CPU_INT8_ACT) != 0;
+    c->pmatmul = hx_pmatmul_select(hx_cpu_isa());
     hx_status st = hx_pool_init(n_threads, &c->pool, err);
     if (st != HX_OK) {
         cpu_destroy(be);
@@ -530,6 +683,8 @@ hx_status hx_cpu_backend_create(int n_threads, unsigned flags, hx_backend **out,
     be->kv_free = cpu_kv_free;
     be->embed = cpu_embed;
     be->matmul = cpu_matmul;
+    be->weight = cpu_weight;
+    be->weight_release = cpu_weight_release;
     be->rmsnorm = cpu_rmsnorm;
     be->rope = cpu_rope;
     be->kv_write = cpu_kv_write;

@@ -1,0 +1,630 @@
+/* test_cpu_packed.c - the 16-row interleaved weight layout and its matmul (backend/cpu/packed.h).
+ *
+ * Weights are random bytes with every scale field replaced by a small finite half, so every
+ * block is a valid Q4_0, Q4_1 or Q8_0 block; n_out = 37 leaves a last group of 5 rows and 11
+ * padding rows, n_out = 1 a group of one row. The packed bytes are read back by a decoder
+ * written here from the layout comment of packed.h, not from packed.c. Activations are random
+ * floats of mixed magnitude with all-zero blocks, quantized by the reference; the second term is
+ * the reference quantization of the residual (act_quant.h). Rows 1 to 5 and 9 hit every
+ * remainder of the 4-row tile of the VNNI kernel. Tolerances:
+ *  - packing: exact. Every packed element dequantizes to the bits the file layout gives
+ *    (hx_tensor_dequant_row), padding rows have zero scales, and packing the groups in pieces
+ *    writes the same bytes as one call (into buffers prefilled with different garbage);
+ *  - activation sums: 1e-6 of |d1 sum q1| + |d2 sum q2| (two f32 products and one add);
+ *  - the reference matmul against the double-precision dot of the dequantized weights with the
+ *    dequantized activations d1 q1 (+ d2 q2): 1e-5 * sum_i |w_i x_i| (integer sums are exact;
+ *    f32 rounding of the block products and of the folded code offset k * s is all that is left);
+ *  - the VNNI kernel against the reference: 1e-6 * sum_i |w_i x_i| (the same operations in the
+ *    same order, so in practice bit-identical);
+ *  - two-term activations against the f32 source rows: 1e-4 * sum_i |w_i x_i|. The residual's
+ *    quantization moves each element by up to amax_b / 64516, so the 50x outlier's block
+ *    dominates; with n = 2048 its random-walk error is ~1e-5 of sum |w x| (3e-5 at most over
+ *    the cells here, 1e-4 already at n = 512). And the total error must be at least 10x
+ *    smaller than the single term's on the same data (it is 150-260x).
+ * Cells the matmul must not write are prefilled with a sentinel and checked afterwards. */
+#include "check.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/act_quant.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/packed.h"
+#include "base/cpu.h"
+#include "base/err.h"
+#include "base/f16.h"
+#include "tensor/dtype.h"
+#include "tensor/quant.h"
+#include "tensor/tensor.h"
+
+static const hx_dtype packed_dtypes[] = { HX_DT_Q4_0, HX_DT_Q4_1, HX_DT_Q8_0 };
+
+#define SENTINEL (-7.0f) /* prefill of output cells a call must leave alone */
+
+/* ---- helpers ---- */
+
+static uint32_t rng_next(uint32_t *s)
+{
+    uint32_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return *s = x;
+}
+
+static float rng_unit(uint32_t *s) { return (float)(rng_next(s) >> 8) * (1.0f / 16777216.0f); }
+static float rng_range(uint32_t *s, float lo, float hi) { return lo + (hi - lo) * rng_unit(s); }
+
+static void put_f16(void *p, float v)
+{
+    const uint16_t h = hx_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+static uint16_t get_u16(const unsigned char *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* A random Q4_0, Q4_1 or Q8_0 matrix [n_out, n] with valid scales (d in [0.001, 0.02], Q4_1's
+ * m in [-0.1, 0.1]); the rest of every block is random bytes. Free with free(w.data). */
+static hx_wmat make_wmat(hx_dtype dt, int64_t n_out, int64_t n, uint32_t seed)
+{
+    hx_wmat w = { .dtype = dt, .n_in = n, .n_out = n_out };
+    w.row_bytes = hx_dtype_row_bytes(dt, n);
+    unsigned char *p = malloc(w.row_bytes * (size_t)n_out);
+    for (size_t i = 0; i < w.row_bytes * (size_t)n_out; i++)
+        p[i] = (unsigned char)(rng_next(&seed) >> 24);
+    const int64_t n_blocks = n_out * (n / hx_dtypes[dt].block_n);
+    for (int64_t b = 0; b < n_blocks; b++) {
+        unsigned char *blk = p + b * hx_dtypes[dt].block_bytes;
+        put_f16(blk, rng_range(&seed, 0.001f, 0.02f));
+        if (dt == HX_DT_Q4_1) put_f16(blk + 2, rng_range(&seed, -0.1f, 0.1f));
+    }
+    w.data = p;
+    return w;
+}
+
+/* Row o of w dequantized by the reference (tensor/quant.h) into out[n_in]. */
+static void dequant_row(const hx_wmat *w, int64_t o, float *out)
+{
+    hx_tensor t = { .dtype = w->dtype, .n_dims = 2, .shape = { w->n_out, w->n_in },
+                    .data = w->data };
+    hx_tensor_dequant_row(&t, o, out);
+}
+
+/* Lays w out, and packs all of it in one call into a fresh 64-byte aligned buffer prefilled
+ * with fill (so bytes the packer skips show up). Free with free(p->data). */
+static size_t pack_all(hx_packed *p, const hx_wmat *w, int fill)
+{
+    const size_t bytes = hx_pack_layout(p, w);
+    p->data = aligned_alloc(64, bytes);
+    memset(p->data, fill, bytes);
+    hx_pack_groups(p, w, 0, p->n_groups);
+    return bytes;
+}
+
+/* Element i of row o (o < 16 * n_groups, padding rows included) of the packed matrix, read back
+ * from the layout documented in packed.h: group o / 16, lane o % 16, block column i / 32; scales
+ * first (per block column 16 f16 d, then for Q4_1 16 f16 m), codes after sc_bytes (per block
+ * column code_bytes; chunk k of 64 bytes holds in bytes 4 * lane .. + 4 the row's qs[4k .. 4k+4):
+ * low nibbles elements j, high nibbles elements 16 + j, or Q8_0's q + 128). The scales' bits go
+ * to d_bits and m_bits (0 for formats without m). The arithmetic mirrors quant_ref.c. */
+static float packed_value(const hx_packed *p, int64_t o, int64_t i, uint16_t *d_bits,
+                          uint16_t *m_bits)
+{
+    const int64_t g = o / HX_PACK_ROWS, b = i / 32;
+    const int lane = (int)(o % HX_PACK_ROWS), e = (int)(i % 32);
+    const unsigned char *grp = p->data + (size_t)g * p->group_bytes;
+    const unsigned char *sc = grp + (size_t)b * (p->dtype == HX_DT_Q4_1 ? 64 : 32);
+    const unsigned char *codes = grp + p->sc_bytes + (size_t)b * p->code_bytes;
+    *d_bits = get_u16(sc + 2 * lane);
+    *m_bits = p->dtype == HX_DT_Q4_1 ? get_u16(sc + 32 + 2 * lane) : 0;
+    const float d = hx_f16_to_f32(*d_bits);
+    if (p->dtype == HX_DT_Q8_0) {
+        const int u = codes[64 * (e / 4) + 4 * lane + e % 4];
+        return d * (float)(u - 128);
+    }
+    const int j = e % 16; /* the byte qs[j] holding element e */
+    const int u = codes[64 * (j / 4) + 4 * lane + j % 4];
+    const int q = e < 16 ? (u & 15) : (u >> 4);
+    if (p->dtype == HX_DT_Q4_0) return d * (float)(q - 8);
+    const float dq = d * (float)q;
+    return dq + hx_f16_to_f32(*m_bits);
+}
+
+/* A batch of activation rows [n_rows, n] with both terms and both forms of the sums. */
+typedef struct {
+    int64_t n_rows, n;
+    float  *f;      /* [n_rows, n] the f32 source rows */
+    hx_act  x;      /* their reference quantization (x.f = f) */
+    hx_act  x2;     /* the reference quantization of the residuals f - d1 q1 */
+    float  *s1;     /* [n_rows, n / 32] hx_packed_act_sums of x alone */
+    float  *s2;     /* [n_rows, n / 32] hx_packed_act_sums of x + x2 */
+    void   *buf, *buf2;
+} acts;
+
+/* Quantizes the rows a->f (already filled) into both terms and computes both sums. */
+static void acts_quantize(acts *a)
+{
+    const int64_t n = a->n, nb = n / 32;
+    a->buf = aligned_alloc(64, hx_act_bytes(a->n_rows, n));
+    a->buf2 = aligned_alloc(64, hx_act_bytes(a->n_rows, n));
+    hx_act_init(&a->x, a->buf, a->n_rows, n);
+    hx_act_init(&a->x2, a->buf2, a->n_rows, n);
+    hx_act_quantize(&a->x, a->f, hx_act_quant_ref);
+    float *res = malloc((size_t)n * sizeof(float));
+    for (int64_t r = 0; r < a->n_rows; r++) {
+        hx_act_residual(a->f + r * n, a->x.qs + r * n, a->x.d + r * nb, res, n);
+        hx_act_quant_ref(res, a->x2.qs + r * n, a->x2.d + r * nb, a->x2.bsum + r * (n / 16), n);
+    }
+    free(res);
+    a->s1 = malloc((size_t)(a->n_rows * nb) * sizeof(float));
+    a->s2 = malloc((size_t)(a->n_rows * nb) * sizeof(float));
+    hx_packed_act_sums(&a->x, NULL, 0, a->n_rows, a->s1);
+    hx_packed_act_sums(&a->x, &a->x2, 0, a->n_rows, a->s2);
+}
+
+/* Rows of uniform values, 20x larger in every third block (shifted by row), and one block of
+ * every four all zero (so some rows have one, some none). */
+static acts make_acts(int64_t n_rows, int64_t n, uint32_t seed)
+{
+    acts a = { .n_rows = n_rows, .n = n };
+    a.f = malloc((size_t)(n_rows * n) * sizeof(float));
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t b = i / 32;
+            const float mag = (b + r) % 3 == 0 ? 20.0f : 1.0f;
+            a.f[r * n + i] = (b + r) % 4 == 3 ? 0.0f : rng_range(&seed, -mag, mag);
+        }
+    acts_quantize(&a);
+    return a;
+}
+
+static void free_acts(acts *a)
+{
+    free(a->f);
+    free(a->buf);
+    free(a->buf2);
+    free(a->s1);
+    free(a->s2);
+}
+
+/* The dequantized activation i of row r: d1 q1 (+ d2 q2 when two), in double (exact). */
+static double act_value(const acts *a, int64_t r, int64_t i, bool two)
+{
+    const int64_t nb = a->n / 32, j = r * a->n + i;
+    double v = (double)a->x.d[r * nb + i / 32] * a->x.qs[j];
+    if (two) v += (double)a->x2.d[r * nb + i / 32] * a->x2.qs[j];
+    return v;
+}
+
+/* The definition of the packed matmul for one cell: sum_i w_i * x_i in double over the
+ * dequantized weights wrow and activations; *mag = sum_i |w_i x_i|. */
+static double exact_dot(const float *wrow, const acts *a, int64_t r, bool two, double *mag)
+{
+    double e = 0.0, m = 0.0;
+    for (int64_t i = 0; i < a->n; i++) {
+        const double wx = (double)wrow[i] * act_value(a, r, i, two);
+        e += wx;
+        m += fabs(wx);
+    }
+    *mag = m;
+    return e;
+}
+
+/* Output width of the test buffers: wider than n_out, so a write past n_out is caught. */
+static int64_t ld_for(const hx_packed *p) { return p->n_out + 4; }
+
+/* Runs fn over groups [g0, g1) and rows [r0, r1) into a fresh [n_rows, ld_for(p)] buffer
+ * prefilled with SENTINEL. The caller frees it. */
+static float *run_pmatmul(hx_pmatmul_fn fn, const hx_packed *p, int64_t g0, int64_t g1,
+                          const acts *a, bool two, int64_t r0, int64_t r1)
+{
+    const int64_t ld = ld_for(p);
+    float *y = malloc((size_t)(a->n_rows * ld) * sizeof(float));
+    for (int64_t i = 0; i < a->n_rows * ld; i++) y[i] = SENTINEL;
+    fn(p, g0, g1, &a->x, two ? &a->x2 : NULL, two ? a->s2 : a->s1, r0, r1, y, ld);
+    return y;
+}
+
+/* Whether cell (r, o) is one that a call over groups [g0, g1) and rows [r0, r1) writes. */
+static bool in_range(const hx_packed *p, int64_t g0, int64_t g1, int64_t r0, int64_t r1,
+                     int64_t r, int64_t o)
+{
+    return r >= r0 && r < r1 && o >= g0 * HX_PACK_ROWS && o < g1 * HX_PACK_ROWS && o < p->n_out;
+}
+
+/* ---- packing ---- */
+
+/* Packs a [n_out, n_in] matrix of dt and checks the geometry, every element against the file
+ * layout, the padding rows, and that group-range pieces give the same bytes as one call. */
+static int check_pack(hx_dtype dt, int64_t n_out, int64_t n_in, uint32_t seed)
+{
+    const char *name = hx_dtypes[dt].name;
+    hx_wmat w = make_wmat(dt, n_out, n_in, seed);
+    hx_packed p, q;
+    const size_t bytes = pack_all(&p, &w, 0xA5);
+    const int64_t nb = n_in / 32, n_groups = (n_out + HX_PACK_ROWS - 1) / HX_PACK_ROWS;
+    const size_t sc_entry = dt == HX_DT_Q4_1 ? 64 : 32;
+
+    /* The geometry the decoder relies on. */
+    CHECK(p.dtype == dt && p.n_in == n_in && p.n_out == n_out);
+    CHECK_EQ(p.n_groups, n_groups);
+    CHECK_EQ(p.code_bytes, dt == HX_DT_Q8_0 ? 512 : 256);
+    CHECK(p.sc_bytes % 64 == 0 && p.sc_bytes >= (size_t)nb * sc_entry &&
+          p.sc_bytes < (size_t)nb * sc_entry + 64);
+    CHECK_EQ(p.group_bytes, p.sc_bytes + (size_t)nb * p.code_bytes);
+    CHECK_EQ(bytes, (size_t)n_groups * p.group_bytes);
+
+    /* Every element of every real row dequantizes to the file's bits. */
+    float *row = malloc((size_t)n_in * sizeof(float));
+    for (int64_t o = 0; o < n_out; o++) {
+        dequant_row(&w, o, row);
+        for (int64_t i = 0; i < n_in; i++) {
+            uint16_t d, m;
+            const float got = packed_value(&p, o, i, &d, &m);
+            if (hx_f32_to_bits(got) != hx_f32_to_bits(row[i]))
+                CHECK_FAIL("%s n_out=%lld n_in=%lld: row %lld element %lld packs to %.9g, "
+                           "file layout %.9g", name, (long long)n_out, (long long)n_in,
+                           (long long)o, (long long)i, (double)got, (double)row[i]);
+        }
+    }
+    free(row);
+
+    /* The padding rows of the last group have zero scales (and so contribute nothing). */
+    for (int64_t o = n_out; o < n_groups * HX_PACK_ROWS; o++)
+        for (int64_t i = 0; i < n_in; i++) {
+            uint16_t d, m;
+            const float v = packed_value(&p, o, i, &d, &m);
+            if (d != 0 || m != 0 || v != 0.0f)
+                CHECK_FAIL("%s n_out=%lld n_in=%lld: padding row %lld element %lld has d %#x "
+                           "m %#x value %.9g", name, (long long)n_out, (long long)n_in,
+                           (long long)o, (long long)i, d, m, (double)v);
+        }
+
+    /* Groups [0, 1) then [1, n_groups) over different garbage: the same bytes, so the pieces
+     * are independent and every byte of the layout is written. */
+    CHECK_EQ(hx_pack_layout(&q, &w), bytes);
+    q.data = aligned_alloc(64, bytes);
+    memset(q.data, 0x5A, bytes);
+    hx_pack_groups(&q, &w, 0, 1);
+    hx_pack_groups(&q, &w, 1, n_groups);
+    for (size_t k = 0; k < bytes; k++)
+        if (p.data[k] != q.data[k])
+            CHECK_FAIL("%s n_out=%lld n_in=%lld: byte %zu of group %zu is %#x packed in one call, "
+                       "%#x packed in two", name, (long long)n_out, (long long)n_in, k,
+                       k / p.group_bytes, p.data[k], q.data[k]);
+    free(q.data);
+    free(p.data);
+    free((void *)w.data);
+    return 0;
+}
+
+static int test_packing_keeps_every_value(void)
+{
+    static const int64_t n_outs[] = { 37, 1, 16 }, n_ins[] = { 96, 32 };
+    uint32_t seed = 10;
+    for (size_t k = 0; k < HX_COUNTOF(packed_dtypes); k++)
+        for (size_t a = 0; a < HX_COUNTOF(n_outs); a++)
+            for (size_t b = 0; b < HX_COUNTOF(n_ins); b++)
+                if (check_pack(packed_dtypes[k], n_outs[a], n_ins[b], seed++)) return 1;
+    return 0;
+}
+
+static int test_pack_supported_needs_q4_0_q4_1_q8_0(void)
+{
+    CHECK(hx_pack_supported(HX_DT_Q4_0, 32));
+    CHECK(hx_pack_supported(HX_DT_Q4_1, 96));
+    CHECK(hx_pack_supported(HX_DT_Q8_0, 4096));
+    CHECK(!hx_pack_supported(HX_DT_Q4_0, 48));
+    CHECK(!hx_pack_supported(HX_DT_Q8_0, 0));
+    CHECK(!hx_pack_supported(HX_DT_Q4_K, 256));
+    CHECK(!hx_pack_supported(HX_DT_Q6_K, 256));
+    CHECK(!hx_pack_supported(HX_DT_F32, 32));
+    CHECK(!hx_pack_supported(HX_DT_F16, 32));
+    return 0;
+}
+
+/* ---- activation sums ---- */
+
+/* s = d1 sum(q1) (+ d2 sum(q2)) per block, summing the codes here rather than reading bsum; a
+ * call over rows [r0, r1) writes only those rows' entries. */
+static int test_act_sums_equal_scaled_code_sums(void)
+{
+    enum { ROWS = 5, N = 96, NB = N / 32 };
+    acts a = make_acts(ROWS, N, 21);
+    float s[ROWS * NB];
+    for (int two = 0; two <= 1; two++) {
+        static const int64_t ranges[][2] = { { 0, ROWS }, { 1, 3 } };
+        for (size_t k = 0; k < HX_COUNTOF(ranges); k++) {
+            const int64_t r0 = ranges[k][0], r1 = ranges[k][1];
+            for (int i = 0; i < ROWS * NB; i++) s[i] = SENTINEL;
+            hx_packed_act_sums(&a.x, two ? &a.x2 : NULL, r0, r1, s);
+            for (int64_t r = 0; r < ROWS; r++)
+                for (int64_t b = 0; b < NB; b++) {
+                    const float got = s[r * NB + b];
+                    if (r < r0 || r >= r1) {
+                        if (got != SENTINEL)
+                            CHECK_FAIL("two=%d rows [%lld,%lld): wrote row %lld block %lld", two,
+                                       (long long)r0, (long long)r1, (long long)r, (long long)b);
+                        continue;
+                    }
+                    int64_t q1 = 0, q2 = 0;
+                    for (int j = 0; j < 32; j++) {
+                        q1 += a.x.qs[r * N + 32 * b + j];
+                        q2 += a.x2.qs[r * N + 32 * b + j];
+                    }
+                    const double t1 = (double)a.x.d[r * NB + b] * (double)q1;
+                    const double t2 = two ? (double)a.x2.d[r * NB + b] * (double)q2 : 0.0;
+                    const double tol = 1e-6 * (fabs(t1) + fabs(t2));
+                    if (!(fabs(got - (t1 + t2)) <= tol))
+                        CHECK_FAIL("two=%d row %lld block %lld: sum %.9g, by hand %.9g (tol %.3g)",
+                                   two, (long long)r, (long long)b, (double)got, t1 + t2, tol);
+                }
+        }
+    }
+    /* The sums hx_packed_act_sums gave for the whole batch in make_acts are these too. */
+    for (int64_t r = 0; r < ROWS; r++)
+        for (int64_t b = 0; b < NB; b++) {
+            int64_t q1 = 0;
+            for (int j = 0; j < 32; j++) q1 += a.x.qs[r * N + 32 * b + j];
+            CHECK_NEAR(a.s1[r * NB + b], (double)a.x.d[r * NB + b] * (double)q1, 1e-6);
+        }
+    free_acts(&a);
+    return 0;
+}
+
+/* ---- the reference matmul against its definition ---- */
+
+static int test_pmatmul_ref_matches_definition(void)
+{
+    enum { N_OUT = 37, N_IN = 96 };
+    static const int64_t rows[] = { 1, 3, 6 };
+    for (size_t k = 0; k < HX_COUNTOF(packed_dtypes); k++) {
+        const hx_dtype dt = packed_dtypes[k];
+        hx_wmat w = make_wmat(dt, N_OUT, N_IN, 30 + (uint32_t)k);
+        hx_packed p;
+        pack_all(&p, &w, 0);
+        const int64_t ld = ld_for(&p);
+        float *wrows = malloc((size_t)(N_OUT * N_IN) * sizeof(float));
+        for (int64_t o = 0; o < N_OUT; o++) dequant_row(&w, o, wrows + o * N_IN);
+        double worst = 0.0;
+        for (size_t ri = 0; ri < HX_COUNTOF(rows); ri++) {
+            const int64_t n_rows = rows[ri];
+            acts a = make_acts(n_rows, N_IN, 40 + (uint32_t)ri);
+            /* All groups and rows; then group 1 alone over rows [1, n_rows) (threads split
+             * both ways). */
+            const int64_t rng[][4] = { { 0, p.n_groups, 0, n_rows }, { 1, 2, 1, n_rows } };
+            for (int two = 0; two <= 1; two++)
+                for (size_t gi = 0; gi < HX_COUNTOF(rng); gi++) {
+                    const int64_t g0 = rng[gi][0], g1 = rng[gi][1], r0 = rng[gi][2],
+                                  r1 = rng[gi][3];
+                    float *got = run_pmatmul(hx_pmatmul_ref, &p, g0, g1, &a, two, r0, r1);
+                    for (int64_t r = 0; r < n_rows; r++)
+                        for (int64_t o = 0; o < ld; o++) {
+                            const float g = got[r * ld + o];
+                            if (!in_range(&p, g0, g1, r0, r1, r, o)) {
+                                if (g != SENTINEL)
+                                    CHECK_FAIL("%s groups [%lld,%lld) rows [%lld,%lld): wrote "
+                                               "r=%lld o=%lld", hx_dtypes[dt].name,
+                                               (long long)g0, (long long)g1, (long long)r0,
+                                               (long long)r1, (long long)r, (long long)o);
+                                continue;
+                            }
+                            double mag;
+                            const double e = exact_dot(wrows + o * N_IN, &a, r, two, &mag);
+                            const double err = fabs((double)g - e);
+                            if (!(err <= 1e-5 * mag))
+                                CHECK_FAIL("%s two=%d rows=%lld r=%lld o=%lld: %.9g vs "
+                                           "definition %.9g (|w.x| %.3g)", hx_dtypes[dt].name,
+                                           two, (long long)n_rows, (long long)r, (long long)o,
+                                           (double)g, e, mag);
+                            if (err / mag > worst) worst = err / mag;
+                        }
+                    free(got);
+                }
+            free_acts(&a);
+        }
+        printf("  %s: max |ref - definition| / sum|w x| = %.2e\n", hx_dtypes[dt].name, worst);
+        free(wrows);
+        free(p.data);
+        free((void *)w.data);
+    }
+    return 0;
+}
+
+/* ---- the VNNI kernel against the reference ---- */
+
+#if defined(__x86_64__)
+static bool cpu_has_vnni(void)
+{
+    const unsigned need = HX_ISA_AVX512 | HX_ISA_AVX512VNNI;
+    return (hx_cpu_isa() & need) == need;
+}
+#endif
+
+static int test_pmatmul_avx512vnni_matches_reference(void)
+{
+#if defined(__x86_64__)
+    if (!cpu_has_vnni()) {
+        printf("skip: this CPU lacks AVX-512 VNNI (hx_pmatmul_avx512vnni not run)\n");
+        return 0;
+    }
+    enum { N_OUT = 37, N_IN = 96 };
+    static const int64_t rows[] = { 1, 2, 3, 4, 5, 9 };
+    for (size_t k = 0; k < HX_COUNTOF(packed_dtypes); k++) {
+        const hx_dtype dt = packed_dtypes[k];
+        hx_wmat w = make_wmat(dt, N_OUT, N_IN, 50 + (uint32_t)k);
+        hx_packed p;
+        pack_all(&p, &w, 0);
+        const int64_t ld = ld_for(&p);
+        float *wrows = malloc((size_t)(N_OUT * N_IN) * sizeof(float));
+        for (int64_t o = 0; o < N_OUT; o++) dequant_row(&w, o, wrows + o * N_IN);
+        double worst = 0.0;
+        int64_t n_cells = 0, n_same_bits = 0;
+        for (size_t ri = 0; ri < HX_COUNTOF(rows); ri++) {
+            const int64_t n_rows = rows[ri];
+            acts a = make_acts(n_rows, N_IN, 60 + (uint32_t)ri);
+            /* All groups and rows; group 1 alone; all groups over rows [1, n_rows). */
+            const int64_t rng[][4] = {
+                { 0, p.n_groups, 0, n_rows }, { 1, 2, 0, n_rows }, { 0, p.n_groups, 1, n_rows }
+            };
+            for (int two = 0; two <= 1; two++)
+                for (size_t gi = 0; gi < HX_COUNTOF(rng); gi++) {
+                    const int64_t g0 = rng[gi][0], g1 = rng[gi][1], r0 = rng[gi][2],
+                                  r1 = rng[gi][3];
+                    float *want = run_pmatmul(hx_pmatmul_ref, &p, g0, g1, &a, two, r0, r1);
+                    float *got = run_pmatmul(hx_pmatmul_avx512vnni, &p, g0, g1, &a, two, r0, r1);
+                    for (int64_t r = 0; r < n_rows; r++)
+                        for (int64_t o = 0; o < ld; o++) {
+                            const float g = got[r * ld + o], e = want[r * ld + o];
+                            if (!in_range(&p, g0, g1, r0, r1, r, o)) {
+                                if (g != SENTINEL)
+                                    CHECK_FAIL("%s rows=%lld groups [%lld,%lld) rows [%lld,%lld): "
+                                               "wrote r=%lld o=%lld", hx_dtypes[dt].name,
+                                               (long long)n_rows, (long long)g0, (long long)g1,
+                                               (long long)r0, (long long)r1, (long long)r,
+                                               (long long)o);
+                                continue;
+                            }
+                            double mag;
+                            exact_dot(wrows + o * N_IN, &a, r, two, &mag);
+                            const double err = fabs((double)g - e);
+                            if (!(err <= 1e-6 * mag))
+                                CHECK_FAIL("%s two=%d rows=%lld groups [%lld,%lld) r=%lld o=%lld: "
+                                           "%.9g vs ref %.9g (|w.x| %.3g)", hx_dtypes[dt].name,
+                                           two, (long long)n_rows, (long long)g0, (long long)g1,
+                                           (long long)r, (long long)o, (double)g, (double)e, mag);
+                            if (err / mag > worst) worst = err / mag;
+                            n_cells++;
+                            n_same_bits += hx_f32_to_bits(g) == hx_f32_to_bits(e);
+                        }
+                    free(want);
+                    free(got);
+                }
+            free_acts(&a);
+        }
+        printf("  %s: max |vnni - ref| / sum|w x| = %.2e, %lld of %lld cells bit-identical\n",
+               hx_dtypes[dt].name, worst, (long long)n_same_bits, (long long)n_cells);
+        free(wrows);
+        free(p.data);
+        free((void *)w.data);
+    }
+    return 0;
+#else
+    printf("skip: not an x86-64 build (no hx_pmatmul_avx512vnni)\n");
+    return 0;
+#endif
+}
+
+/* ---- selection ---- */
+
+/* Packing pays only with VNNI: every mask without both AVX-512 bits gives NULL, a mask with them
+ * gives the VNNI kernel (x86-64 builds), and so does this CPU's mask exactly when it has both. */
+static int test_pmatmul_select_needs_vnni(void)
+{
+    CHECK(hx_pmatmul_select(0) == NULL);
+    CHECK(hx_pmatmul_select(HX_ISA_AVX2) == NULL);
+    CHECK(hx_pmatmul_select(HX_ISA_AVX2 | HX_ISA_AVX512) == NULL);
+    CHECK(hx_pmatmul_select(HX_ISA_AVX2 | HX_ISA_AVXVNNI) == NULL);
+    CHECK(hx_pmatmul_select(HX_ISA_NEON | HX_ISA_NEON_DOT) == NULL);
+#if defined(__x86_64__)
+    const hx_pmatmul_fn vnni = hx_pmatmul_avx512vnni;
+    CHECK(hx_pmatmul_select(HX_ISA_AVX512 | HX_ISA_AVX512VNNI) == vnni);
+    CHECK(hx_pmatmul_select(HX_ISA_AVX2 | HX_ISA_AVX512 | HX_ISA_AVX512VNNI) == vnni);
+    CHECK(hx_pmatmul_select(hx_cpu_isa()) == (cpu_has_vnni() ? vnni : NULL));
+#else
+    CHECK(hx_pmatmul_select(hx_cpu_isa()) == NULL);
+#endif
+    return 0;
+}
+
+/* ---- two-term accuracy ---- */
+
+/* Against the f32 source rows (not their quantization): mixed magnitudes within every block
+ * (1, 0.1 and 0.01) and one 50x outlier per row, which makes its block's single-term step
+ * coarse for the 31 small values beside it. The two-term result must be near the exact dot and
+ * at least 10x closer in total than the single term, proving the second term is used. Runs the
+ * reference and, where this CPU has it, the selected kernel. */
+static int test_two_term_near_f32_and_beats_one_term(void)
+{
+    enum { N_OUT = 37, N_IN = 2048, ROWS = 4 };
+    static const float mags[] = { 1.0f, 0.1f, 0.01f };
+    uint32_t seed = 70;
+    acts a = { .n_rows = ROWS, .n = N_IN };
+    a.f = malloc((size_t)(ROWS * N_IN) * sizeof(float));
+    for (int64_t i = 0; i < ROWS * N_IN; i++) {
+        const float mag = mags[rng_next(&seed) % HX_COUNTOF(mags)];
+        a.f[i] = rng_range(&seed, -mag, mag);
+    }
+    for (int64_t r = 0; r < ROWS; r++)
+        a.f[r * N_IN + rng_next(&seed) % N_IN] = r % 2 ? -50.0f : 50.0f;
+    acts_quantize(&a);
+
+    hx_pmatmul_fn fns[2] = { hx_pmatmul_ref, hx_pmatmul_select(hx_cpu_isa()) };
+    const char *fn_names[2] = { "ref", "selected" };
+    for (size_t k = 0; k < HX_COUNTOF(packed_dtypes); k++) {
+        const hx_dtype dt = packed_dtypes[k];
+        hx_wmat w = make_wmat(dt, N_OUT, N_IN, 80 + (uint32_t)k);
+        hx_packed p;
+        pack_all(&p, &w, 0);
+        const int64_t ld = ld_for(&p);
+        float *row = malloc((size_t)N_IN * sizeof(float));
+        for (int f = 0; f < 2; f++) {
+            if (!fns[f]) continue;
+            float *y1 = run_pmatmul(fns[f], &p, 0, p.n_groups, &a, false, 0, ROWS);
+            float *y2 = run_pmatmul(fns[f], &p, 0, p.n_groups, &a, true, 0, ROWS);
+            double sum_e1 = 0.0, sum_e2 = 0.0, worst1 = 0.0, worst2 = 0.0;
+            for (int64_t o = 0; o < N_OUT; o++) {
+                dequant_row(&w, o, row);
+                for (int64_t r = 0; r < ROWS; r++) {
+                    double e = 0.0, mag = 0.0;
+                    for (int64_t i = 0; i < N_IN; i++) {
+                        const double wx = (double)row[i] * a.f[r * N_IN + i];
+                        e += wx;
+                        mag += fabs(wx);
+                    }
+                    const double e1 = fabs((double)y1[r * ld + o] - e);
+                    const double e2 = fabs((double)y2[r * ld + o] - e);
+                    if (!(e2 <= 1e-4 * mag))
+                        CHECK_FAIL("%s %s r=%lld o=%lld: two-term %.9g vs f32 %.9g (|w.x| %.3g)",
+                                   hx_dtypes[dt].name, fn_names[f], (long long)r, (long long)o,
+                                   (double)y2[r * ld + o], e, mag);
+                    sum_e1 += e1;
+                    sum_e2 += e2;
+                    if (e1 / mag > worst1) worst1 = e1 / mag;
+                    if (e2 / mag > worst2) worst2 = e2 / mag;
+                }
+            }
+            printf("  %s %s: max |err| / sum|w x|: one term %.2e, two terms %.2e; total error "
+                   "ratio %.0fx\n", hx_dtypes[dt].name, fn_names[f], worst1, worst2,
+                   sum_e2 > 0 ? sum_e1 / sum_e2 : INFINITY);
+            if (!(sum_e1 > 0.0 && sum_e1 >= 10.0 * sum_e2))
+                CHECK_FAIL("%s %s: total error one term %.3g, two terms %.3g: the second term "
+                           "does not help 10x", hx_dtypes[dt].name, fn_names[f], sum_e1, sum_e2);
+            free(y1);
+            free(y2);
+        }
+        free(row);
+        free(p.data);
+        free((void *)w.data);
+    }
+    free_acts(&a);
+    return 0;
+}
+
+static const check_case cases[] = {
+    { "packing_keeps_every_value", test_packing_keeps_every_value },
+    { "pack_supported_needs_q4_0_q4_1_q8_0", test_pack_supported_needs_q4_0_q4_1_q8_0 },
+    { "act_sums_equal_scaled_code_sums", test_act_sums_equal_scaled_code_sums },
+    { "pmatmul_ref_matches_definition", test_pmatmul_ref_matches_definition },
+    { "pmatmul_avx512vnni_matches_reference", test_pmatmul_avx512vnni_matches_reference },
+    { "pmatmul_select_needs_vnni", test_pmatmul_select_needs_vnni },
+    { "two_term_near_f32_and_beats_one_term", test_two_term_near_f32_and_beats_one_term },
+};
+CHECK_MAIN(cases)
