@@ -486,23 +486,36 @@ typedef struct {
     const hx_rope *rope;
 } rope_args;
 
+/* Split by tokens: each token's cos/sin pairs are computed once (in double, as before), in
+ * chunks of 128 pairs, and applied to all of its heads. */
 static void rope_task(void *p, int ith, int nth)
 {
+    enum { CHUNK = 128 };
     const rope_args *a = p;
     const hx_rope *rp = a->rope;
     const int32_t half = rp->n_rot / 2;
-    int64_t r0, r1;
-    hx_split_range(a->n_tok * a->n_head, ith, nth, 1, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        float *v = a->x + r * a->d_head;
-        const double pos = (double)a->pos[r / a->n_head];
-        for (int32_t i = 0; i < half; i++) {
-            const double ang = pos * (double)rp->inv_freq[i];
-            const float cs = (float)cos(ang) * rp->mscale, sn = (float)sin(ang) * rp->mscale;
-            const int32_t i0 = rp->pairs ? 2 * i : i, i1 = rp->pairs ? 2 * i + 1 : i + half;
-            const float x0 = v[i0], x1 = v[i1];
-            v[i0] = x0 * cs - x1 * sn;
-            v[i1] = x0 * sn + x1 * cs;
+    float cs[CHUNK], sn[CHUNK];
+    int64_t t0, t1;
+    hx_split_range(a->n_tok, ith, nth, 1, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        const double pos = (double)a->pos[t];
+        for (int32_t c0 = 0; c0 < half; c0 += CHUNK) {
+            const int32_t c1 = half - c0 < CHUNK ? half : c0 + CHUNK;
+            for (int32_t i = c0; i < c1; i++) {
+                const double ang = pos * (double)rp->inv_freq[i];
+                cs[i - c0] = (float)cos(ang) * rp->mscale;
+                sn[i - c0] = (float)sin(ang) * rp->mscale;
+            }
+            for (int32_t h = 0; h < a->n_head; h++) {
+                float *v = a->x + (t * a->n_head + h) * a->d_head;
+                for (int32_t i = c0; i < c1; i++) {
+                    const int32_t i0 = rp->pairs ? 2 * i : i;
+                    const int32_t i1 = rp->pairs ? 2 * i + 1 : i + half;
+                    const float x0 = v[i0], x1 = v[i1];
+                    v[i0] = x0 * cs[i - c0] - x1 * sn[i - c0];
+                    v[i1] = x0 * sn[i - c0] + x1 * cs[i - c0];
+                }
+            }
         }
     }
 }
