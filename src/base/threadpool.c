@@ -1,10 +1,9 @@
 /* threadpool.c - spin-then-futex persistent pool (see threadpool.h).
  *
  * Dispatch: the caller publishes fn/args, then bumps `gen`; each worker waits for gen to change,
- * runs its share, and counts itself into `n_done`, on which the caller waits the same way. Waiting
- * spins on the atomic first (a job
- * usually follows within microseconds during a forward pass) and then sleeps on the futex of
- * `gen`. The barrier is a counter plus a phase word: the last thread to arrive resets the counter
+ * runs its share, and counts itself into `n_done`, on which the caller waits the same way.
+ * Waiting spins on the atomic first (a job usually follows within microseconds during a forward
+ * pass) and then sleeps on the futex of the word. The barrier is a counter plus a phase word: the last thread to arrive resets the counter
  * and advances the phase, which releases the others. Each hot atomic has its own cache line. */
 #define _GNU_SOURCE
 #include "threadpool.h"
