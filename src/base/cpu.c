@@ -1,4 +1,5 @@
-/* cpu.c - CPU feature detection: cpuid + xgetbv on x86-64, hwcaps on ARM64.
+/* cpu.c - CPU feature detection: cpuid + xgetbv on x86-64, hwcaps on ARM64 Linux (sysctl on
+ * macOS).
  *
  * OS support matters as much as the CPU's: AVX state must be enabled in XCR0, or the first
  * 256-bit instruction faults. */
@@ -42,16 +43,32 @@ static unsigned detect(void)
         isa |= HX_ISA_AVXVNNI;
     return isa;
 }
-#elif defined(__aarch64__)
+#elif defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1UL << 20) /* the kernel's ABI bit (asm/hwcap.h), for older libc headers */
+#endif
+/* NEON (ASIMD) is mandatory on AArch64; the dot product (sdot/udot, ARMv8.2-A, optional there and
+ * mandatory from 8.4) is reported by the kernel in AT_HWCAP, which also covers OS support. */
 static unsigned detect(void)
 {
-    unsigned isa = HX_ISA_NEON; /* mandatory on AArch64 */
-#ifdef HWCAP_ASIMDDP
+    unsigned isa = HX_ISA_NEON;
     if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) isa |= HX_ISA_NEON_DOT;
-#endif
     return isa;
 }
+#elif defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
+static unsigned detect(void)
+{
+    unsigned isa = HX_ISA_NEON;
+    int v = 0;
+    size_t len = sizeof v;
+    if (sysctlbyname("hw.optional.arm.FEAT_DotProd", &v, &len, NULL, 0) == 0 && v)
+        isa |= HX_ISA_NEON_DOT;
+    return isa;
+}
+#elif defined(__aarch64__)
+static unsigned detect(void) { return HX_ISA_NEON; } /* other OSes: no dot-product query here */
 #else
 static unsigned detect(void) { return 0; }
 #endif

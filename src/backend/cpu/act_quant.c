@@ -83,6 +83,8 @@ static const act_impl act_impls[] = { /* best first; the reference last, always 
 #if defined(__x86_64__)
     { HX_ISA_AVX512, "avx512", hx_act_quant_avx512 },
     { HX_ISA_AVX2,   "avx2",   hx_act_quant_avx2   },
+#elif defined(__aarch64__)
+    { HX_ISA_NEON,   "neon",   hx_act_quant_neon   },
 #endif
     { HX_ISA_NONE,   "ref",    hx_act_quant_ref    },
 };

@@ -66,9 +66,11 @@ void hx_act_residual(const float *x, const int8_t *qs, const float *d, float *re
 int hx_act_quant_variants(unsigned isa, hx_act_quant_variant *out, int max);
 
 /* The variants themselves (tests and benchmarks; the backend picks one through
- * hx_kernels_select). The _avx2 and _avx512 ones exist only in x86-64 builds. */
+ * hx_kernels_select). The _avx2 and _avx512 ones exist only in x86-64 builds, _neon only in
+ * AArch64 builds. */
 void hx_act_quant_ref(const float *x, int8_t *qs, float *d, int16_t *bsum, int64_t n);
 void hx_act_quant_avx2(const float *x, int8_t *qs, float *d, int16_t *bsum, int64_t n);
 void hx_act_quant_avx512(const float *x, int8_t *qs, float *d, int16_t *bsum, int64_t n);
+void hx_act_quant_neon(const float *x, int8_t *qs, float *d, int16_t *bsum, int64_t n);
 
 #endif

@@ -58,15 +58,18 @@ typedef struct {
 int hx_attn_variants(unsigned isa, hx_attn_variant *out, int max);
 
 /* The variants themselves (tests, benchmarks). The _avx2 and _avx512 ones exist only in x86-64
- * builds. */
+ * builds, the _neon ones only in AArch64 builds. */
 void hx_attn_ref(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
                  int32_t first, int32_t last, float *out);
 void hx_attn_avx2(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
                   int32_t first, int32_t last, float *out);
 void hx_attn_avx512(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head,
                     float scale, int32_t first, int32_t last, float *out);
+void hx_attn_neon(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
+                  int32_t first, int32_t last, float *out);
 void hx_f16_store_ref(const float *x, uint16_t *y, int64_t n);
 void hx_f16_store_avx2(const float *x, uint16_t *y, int64_t n);
 void hx_f16_store_avx512(const float *x, uint16_t *y, int64_t n);
+void hx_f16_store_neon(const float *x, uint16_t *y, int64_t n);
 
 #endif

@@ -74,6 +74,8 @@ static const hx_attn_variant attn_impls[] = { /* best first; the reference last 
 #if defined(__x86_64__)
     { "avx512", HX_ISA_AVX512 | HX_ISA_AVX2, 16, hx_attn_avx512, hx_f16_store_avx512 },
     { "avx2",   HX_ISA_AVX2,                 8,  hx_attn_avx2,   hx_f16_store_avx2   },
+#elif defined(__aarch64__)
+    { "neon",   HX_ISA_NEON,                 8,  hx_attn_neon,   hx_f16_store_neon   },
 #endif
     { "ref",    HX_ISA_NONE,                 1,  hx_attn_ref,    hx_f16_store_ref    },
 };

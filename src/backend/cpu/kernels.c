@@ -40,6 +40,11 @@ BY_DOT(f32_avx2)    BY_DOT(f16_avx2)    BY_DOT(bf16_avx2)
 BY_DOT(q4_0_avx2)   BY_DOT(q4_1_avx2)   BY_DOT(q8_0_avx2)
 BY_DOT(q4_k_avx2)   BY_DOT(q5_k_avx2)   BY_DOT(q6_k_avx2)
 BY_DOT(mlx4_avx2)   BY_DOT(mlx8_avx2)
+#elif defined(__aarch64__)
+BY_DOT(f32_neon)    BY_DOT(f16_neon)    BY_DOT(bf16_neon)
+BY_DOT(q4_0_neon)   BY_DOT(q4_1_neon)   BY_DOT(q8_0_neon)
+BY_DOT(q4_k_neon)   BY_DOT(q5_k_neon)   BY_DOT(q6_k_neon)
+BY_DOT(mlx4_neon)   BY_DOT(mlx8_neon)
 #endif
 #undef BY_DOT
 
@@ -56,6 +61,8 @@ BY_DOT(mlx4_avx2)   BY_DOT(mlx8_avx2)
 #if defined(__x86_64__)
 BY_FDOT(f32_avx512) BY_FDOT(f16_avx512) BY_FDOT(bf16_avx512)
 BY_FDOT(f32_avx2)   BY_FDOT(f16_avx2)   BY_FDOT(bf16_avx2)
+#elif defined(__aarch64__)
+BY_FDOT(f32_neon)   BY_FDOT(f16_neon)   BY_FDOT(bf16_neon)
 #endif
 #undef BY_FDOT
 
@@ -71,6 +78,8 @@ typedef struct {
 
 #define VNNI (HX_ISA_AVX512 | HX_ISA_AVX512VNNI)
 #define MM_VNNI hx_matmul_avx512vnni
+/* dot_neon.c is compiled for ARMv8.2-A + dotprod as a whole, so even its float dots need it. */
+#define NDOT (HX_ISA_NEON | HX_ISA_NEON_DOT)
 
 static const kernel_impl kernel_impls[] = { /* per dtype best first; ref last, always eligible */
 #if defined(__x86_64__)
@@ -96,6 +105,18 @@ static const kernel_impl kernel_impls[] = { /* per dtype best first; ref last, a
     { HX_DT_MLX4, HX_ISA_AVX2,   "avx2",       hx_dot_mlx4_avx2,   mm_mlx4_avx2   },
     { HX_DT_MLX8, VNNI,          "avx512vnni", hx_dot_mlx8_avx512, MM_VNNI        },
     { HX_DT_MLX8, HX_ISA_AVX2,   "avx2",       hx_dot_mlx8_avx2,   mm_mlx8_avx2   },
+#elif defined(__aarch64__)
+    { HX_DT_F32,  NDOT,          "neon",       hx_dot_f32_neon,    mm_f32_neon    },
+    { HX_DT_F16,  NDOT,          "neon",       hx_dot_f16_neon,    mm_f16_neon    },
+    { HX_DT_BF16, NDOT,          "neon",       hx_dot_bf16_neon,   mm_bf16_neon   },
+    { HX_DT_Q4_0, NDOT,          "neon",       hx_dot_q4_0_neon,   mm_q4_0_neon   },
+    { HX_DT_Q4_1, NDOT,          "neon",       hx_dot_q4_1_neon,   mm_q4_1_neon   },
+    { HX_DT_Q8_0, NDOT,          "neon",       hx_dot_q8_0_neon,   mm_q8_0_neon   },
+    { HX_DT_Q4_K, NDOT,          "neon",       hx_dot_q4_k_neon,   mm_q4_k_neon   },
+    { HX_DT_Q5_K, NDOT,          "neon",       hx_dot_q5_k_neon,   mm_q5_k_neon   },
+    { HX_DT_Q6_K, NDOT,          "neon",       hx_dot_q6_k_neon,   mm_q6_k_neon   },
+    { HX_DT_MLX4, NDOT,          "neon",       hx_dot_mlx4_neon,   mm_mlx4_neon   },
+    { HX_DT_MLX8, NDOT,          "neon",       hx_dot_mlx8_neon,   mm_mlx8_neon   },
 #endif
     { HX_DT_F32,  HX_ISA_NONE,   "ref",        hx_dot_f32_ref,     hx_matmul_ref  },
     { HX_DT_F16,  HX_ISA_NONE,   "ref",        hx_dot_f16_ref,     hx_matmul_ref  },
@@ -121,6 +142,7 @@ typedef struct {
 
 #define A512 HX_ISA_AVX512
 #define A2   HX_ISA_AVX2
+#define NEON HX_ISA_NEON
 
 static const fmatmul_impl fmatmul_impls[] = { /* per dtype best first; ref last */
 #if defined(__x86_64__)
@@ -146,6 +168,18 @@ static const fmatmul_impl fmatmul_impls[] = { /* per dtype best first; ref last 
     { HX_DT_MLX4, A2,   "avx2",   hx_fmatmul_mlx4_avx2   },
     { HX_DT_MLX8, A512, "avx512", hx_fmatmul_mlx8_avx512 },
     { HX_DT_MLX8, A2,   "avx2",   hx_fmatmul_mlx8_avx2   },
+#elif defined(__aarch64__)
+    { HX_DT_F32,  NDOT, "neon",   fm_f32_neon            },
+    { HX_DT_F16,  NDOT, "neon",   fm_f16_neon            },
+    { HX_DT_BF16, NDOT, "neon",   fm_bf16_neon           },
+    { HX_DT_Q4_0, NEON, "neon",   hx_fmatmul_q4_0_neon   },
+    { HX_DT_Q4_1, NEON, "neon",   hx_fmatmul_q4_1_neon   },
+    { HX_DT_Q8_0, NEON, "neon",   hx_fmatmul_q8_0_neon   },
+    { HX_DT_Q4_K, NEON, "neon",   hx_fmatmul_q4_k_neon   },
+    { HX_DT_Q5_K, NEON, "neon",   hx_fmatmul_q5_k_neon   },
+    { HX_DT_Q6_K, NEON, "neon",   hx_fmatmul_q6_k_neon   },
+    { HX_DT_MLX4, NEON, "neon",   hx_fmatmul_mlx4_neon   },
+    { HX_DT_MLX8, NEON, "neon",   hx_fmatmul_mlx8_neon   },
 #endif
     { HX_DT_F32,  HX_ISA_NONE, "ref", hx_fmatmul_ref },
     { HX_DT_F16,  HX_ISA_NONE, "ref", hx_fmatmul_ref },
@@ -162,6 +196,8 @@ static const fmatmul_impl fmatmul_impls[] = { /* per dtype best first; ref last 
 
 #undef A512
 #undef A2
+#undef NEON
+#undef NDOT
 
 hx_kernels hx_kernels_select(unsigned isa)
 {

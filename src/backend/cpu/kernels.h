@@ -98,7 +98,8 @@ int hx_kernels_variants(hx_dtype dt, unsigned isa, hx_kernel_variant *out, int m
 
 /* ---- the variants (declared for kernels.c, tests and benchmarks) ----
  * dot_ref.c: the definitions. matmul_tile.c: the reference tile (loops of the reference dot)
- * and the generic tiling of any dot. *_avx2 / *_avx512 exist only in x86-64 builds. */
+ * and the generic tiling of any dot. *_avx2 / *_avx512 exist only in x86-64 builds, *_neon only
+ * in AArch64 builds. */
 #define HX_KERNEL_DOTS(isa)                                                          \
     float hx_dot_f32_##isa(const hx_wmat *w, int64_t o, const hx_act *x, int64_t r);  \
     float hx_dot_f16_##isa(const hx_wmat *w, int64_t o, const hx_act *x, int64_t r);  \
@@ -114,9 +115,11 @@ int hx_kernels_variants(hx_dtype dt, unsigned isa, hx_kernel_variant *out, int m
 HX_KERNEL_DOTS(ref)
 HX_KERNEL_DOTS(avx2)
 HX_KERNEL_DOTS(avx512)
+HX_KERNEL_DOTS(neon)
 #undef HX_KERNEL_DOTS
 
-/* The f32-activation variants (fmatmul_ref.c, fmatmul_avx2.c, fmatmul_avx512.c). The reference
+/* The f32-activation variants (fmatmul_ref.c, fmatmul_avx2.c, fmatmul_avx512.c,
+ * fmatmul_neon.c). The reference
  * handles every dtype (block by block: dequantize 32 weights, f32 dot, add); the ISA ones
  * handle the quantized formats (F32/F16/BF16 go through the f32 dots above). */
 void hx_fmatmul_ref(const hx_wmat *w, int64_t o0, int64_t o1, const float *x, int64_t r0,
@@ -140,6 +143,7 @@ void hx_fmatmul_ref(const hx_wmat *w, int64_t o0, int64_t o1, const float *x, in
                                int64_t r0, int64_t r1, float *out, int64_t ld_out);
 HX_FMATMULS(avx2)
 HX_FMATMULS(avx512)
+HX_FMATMULS(neon)
 #undef HX_FMATMULS
 
 /* The reference tile: out = loops of w's reference dot. The definition of every matmul. */
