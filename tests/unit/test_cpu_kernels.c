@@ -235,6 +235,48 @@ static int test_act_quant_variants_equal_reference_bits(void)
     return 0;
 }
 
+/* The second-term quantizer: its scale is d1 / 256 exactly, d1 q1 + d2 q2 is within d1 / 256
+ * of x (d1 / 512 but at exact ties, where q2 = 128 clamps to 127), ties included (x[7] below
+ * lands on one), and the selected variant gives the reference's bits. */
+static int test_act_quant2_is_exact_residual_and_variant_bits(void)
+{
+    enum { N = 4128 };
+    static float x[N], d1[N / 32], d2[N / 32], d2r[N / 32];
+    static int8_t q1[N], q2[N], q2r[N];
+    static int16_t s1[N / 16], s2[N / 16], s2r[N / 16];
+    uint32_t seed = 12;
+    for (int i = 0; i < N; i++)
+        x[i] = (i / 32) % 7 == 2 ? 0.0f : rng_range(&seed, -3, 3) * (float)(1 + i % 13);
+    x[0] = 127.0f; /* block 0: amax 127, d1 = 1, and x[7] = 2.5 is an exact tie */
+    x[7] = 2.5f;
+    hx_act_quant_ref(x, q1, d1, s1, N);
+    hx_act_quant2_ref(x, q1, d1, q2r, d2r, s2r, N);
+    for (int b = 0; b < N / 32; b++) {
+        CHECK(d2r[b] == d1[b] / 256.0f);
+        for (int i = 32 * b; i < 32 * b + 32; i++) {
+            const double back = (double)d1[b] * q1[i] + (double)d2r[b] * q2r[i];
+            if (!(fabs(back - x[i]) <= d1[b] / 256.0 * 1.0001))
+                CHECK_FAIL("x[%d] = %.9g comes back as %.9g (d1 %.3g)", i, (double)x[i], back,
+                           (double)d1[b]);
+        }
+        for (int h = 0; h < 2; h++) {
+            int sum = 0;
+            for (int i = 32 * b + 16 * h; i < 32 * b + 16 * h + 16; i++) sum += q2r[i];
+            CHECK(s2r[2 * b + h] == sum);
+        }
+    }
+    CHECK(q2r[7] == 127); /* the tie: 2.5 rounds to 2, residual 0.5 = 128 d2, clamped */
+    const hx_kernels k = hx_kernels_select(hx_cpu_isa());
+    memset(q2, 0x55, sizeof q2);
+    k.act_quant2(x, q1, d1, q2, d2, s2, N);
+    for (int i = 0; i < N; i++)
+        if (q2[i] != q2r[i]) CHECK_FAIL("q2[%d] %d vs reference %d", i, q2[i], q2r[i]);
+    for (int b = 0; b < N / 32; b++)
+        CHECK(hx_f32_to_bits(d2[b]) == hx_f32_to_bits(d2r[b]));
+    for (int h = 0; h < N / 16; h++) CHECK(s2[h] == s2r[h]);
+    return 0;
+}
+
 /* ---- dot variants against the reference ---- */
 
 static int check_dot_variants(hx_dtype dt)
@@ -439,9 +481,10 @@ static int test_fmatmul_variants_match_reference(void)
     return 0;
 }
 
-/* The two-term int8 matmul (where this CPU has one) against exact f32 arithmetic. The residual
- * r = x - d1 q1 has |r| <= d1 / 2 = amax / 254, so its quantization moves each activation by at
- * most amax / (2 * 127 * 254): |got - exact| <= sum_i |w_i| amax_b(i) / 64516 + 2e-5 |w.x|. */
+/* The two-term int8 matmul (where this CPU has one) against exact f32 arithmetic. The second
+ * term quantizes r = x - d1 q1 at scale d1 / 256, moving each activation by at most d1 / 512
+ * (d1 / 256 when an exact tie clamps q2 to 127): |got - exact| <= sum_i |w_i| amax_b(i) / 32512
+ * + 2e-5 |w.x|. */
 static int test_two_term_matmul_near_f32(void)
 {
     const hx_kernels k = hx_kernels_select(hx_cpu_isa());
@@ -453,13 +496,11 @@ static int test_two_term_matmul_near_f32(void)
         hx_wmat w = make_wmat((hx_dtype)dt, FM_N_OUT, sh[1].n, sh[1].gs, sh[1].sb_dt, 900);
         hx_act x = make_act(ROWS, sh[1].n, 901), x2;
         void *buf2 = aligned_alloc(64, hx_act_bytes(ROWS, x.n));
-        float *res = malloc((size_t)x.n * sizeof(float)), *row = malloc((size_t)x.n * sizeof(float));
+        float *row = malloc((size_t)x.n * sizeof(float));
         hx_act_init(&x2, buf2, ROWS, x.n);
-        for (int r = 0; r < ROWS; r++) {
-            hx_act_residual(x.f + r * x.n, x.qs + r * x.n, x.d + r * (x.n / 32), res, x.n);
-            hx_act_quant_ref(res, x2.qs + r * x.n, x2.d + r * (x.n / 32), x2.bsum + r * (x.n / 16),
-                             x.n);
-        }
+        for (int r = 0; r < ROWS; r++)
+            hx_act_quant2_ref(x.f + r * x.n, x.qs + r * x.n, x.d + r * (x.n / 32), x2.qs + r * x.n,
+                              x2.d + r * (x.n / 32), x2.bsum + r * (x.n / 16), x.n);
         float *got = malloc(sizeof(float) * ROWS * FM_LD);
         k.matmul2[dt](&w, FM_O0, FM_O1, &x, &x2, 0, ROWS, got, FM_LD);
         for (int o = FM_O0; o < FM_O1; o++) {
@@ -470,7 +511,7 @@ static int test_two_term_matmul_near_f32(void)
                     const double wx = (double)row[i] * x.f[r * x.n + i];
                     e += wx;
                     mag += fabs(wx);
-                    bound += fabs((double)row[i]) * 127.0 * x.d[r * (x.n / 32) + i / 32] / 64516.0;
+                    bound += fabs((double)row[i]) * 127.0 * x.d[r * (x.n / 32) + i / 32] / 32512.0;
                 }
                 const double g = got[r * FM_LD + o];
                 if (!(fabs(g - e) <= bound + 2e-5 * mag))
@@ -479,7 +520,6 @@ static int test_two_term_matmul_near_f32(void)
             }
         }
         free(got);
-        free(res);
         free(row);
         free(buf2);
         free_act(&x);
@@ -598,6 +638,7 @@ static int test_ref_isa_env_selects_reference_kernels(void)
 static const check_case cases[] = {
     { "act_quant_matches_definition_by_hand", test_act_quant_matches_definition_by_hand },
     { "act_quant_variants_equal_reference_bits", test_act_quant_variants_equal_reference_bits },
+    { "act_quant2_is_exact_residual_and_variant_bits", test_act_quant2_is_exact_residual_and_variant_bits },
     { "dot_f32_variants_match_reference", test_dot_f32_variants_match_reference },
     { "dot_f16_variants_match_reference", test_dot_f16_variants_match_reference },
     { "dot_bf16_variants_match_reference", test_dot_bf16_variants_match_reference },

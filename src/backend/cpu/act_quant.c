@@ -68,9 +68,43 @@ void hx_act_quant_ref(const float *x, int8_t *qs, float *d, int16_t *bsum, int64
     }
 }
 
-void hx_act_residual(const float *x, const int8_t *qs, const float *d, float *res, int64_t n)
+/* The first term's inverse scale is recomputed from d1 as the quantizer computed it (127 /
+ * amax with amax = 127 d1 would not round-trip): the caller passes d1 = amax / 127, so the
+ * block maximum is recovered from the row itself. Each product is its own statement (no fused
+ * operations), as in the first term. */
+void hx_act_quant2_ref(const float *x, const int8_t *q1, const float *d1, int8_t *q2, float *d2,
+                       int16_t *bsum2, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) res[i] = x[i] - d[i / HX_ACT_BLOCK] * (float)qs[i];
+    for (int64_t b = 0; b < n / HX_ACT_BLOCK; b++) {
+        const float *xb = x + b * HX_ACT_BLOCK;
+        float amax = 0.0f;
+        for (int i = 0; i < HX_ACT_BLOCK; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        const float id2 = id * 256.0f;
+        d2[b] = d1[b] * 0x1p-8f;
+        for (int h = 0; h < 2; h++) {
+            int s = 0;
+            for (int i = 16 * h; i < 16 * h + 16; i++) {
+                const float dq = d1[b] * (float)q1[b * HX_ACT_BLOCK + i];
+                const float r = xb[i] - dq;
+                const float v = r * id2;
+                int q = (int)nearbyintf(v);
+                q = q > 127 ? 127 : q < -127 ? -127 : q;
+                q2[b * HX_ACT_BLOCK + i] = (int8_t)q;
+                s += q;
+            }
+            bsum2[2 * b + h] = (int16_t)s;
+        }
+    }
+}
+
+hx_act_quant2_fn hx_act_quant2_select(unsigned isa)
+{
+#if defined(__x86_64__)
+    if (isa & HX_ISA_AVX512) return hx_act_quant2_avx512;
+#endif
+    (void)isa;
+    return hx_act_quant2_ref;
 }
 
 typedef struct {

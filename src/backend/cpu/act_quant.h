@@ -56,10 +56,22 @@ void hx_act_init(hx_act *a, void *buf, int64_t n_rows, int64_t n);
  * (x is borrowed: keep it alive while a is used by F32/F16/BF16 kernels). */
 void hx_act_quantize(hx_act *a, const float *x, hx_act_quant_fn quant);
 
-/* The residual of a quantized row: res[i] = x[i] - d[i/32] * qs[i] (n a multiple of 32), the
- * input of the second term of two-term activations (kernels.h, hx_matmul2_*). Quantizing res
- * again gives x ~= d1 q1 + d2 q2 with an error of ~1/127^2 of the block maximum. */
-void hx_act_residual(const float *x, const int8_t *qs, const float *d, float *res, int64_t n);
+/* The second term of two-term activations (kernels.h hx_matmul2_*, packed.h): given a row x
+ * and its first term (q1, d1 from an act quantizer), quantizes the residual r = x - d1 q1 with
+ * the scale d2 = d1 / 256 exactly: q2 = nearest-even of r * (256 * 127 / amax) (the first
+ * term's inverse scale times 256), clamped to [-127, 127], and the half-block sums bsum2. Then
+ * x ~= d1 q1 + d2 q2 within d1 / 512 (~1/65000 of the block maximum), and since d2 is d1 / 256
+ * a kernel may combine the two integer sums exactly as 256 S1 + S2 before one conversion.
+ * Every variant gives the same bits. */
+typedef void (*hx_act_quant2_fn)(const float *x, const int8_t *q1, const float *d1, int8_t *q2,
+                                 float *d2, int16_t *bsum2, int64_t n);
+void hx_act_quant2_ref(const float *x, const int8_t *q1, const float *d1, int8_t *q2, float *d2,
+                       int16_t *bsum2, int64_t n);
+void hx_act_quant2_avx512(const float *x, const int8_t *q1, const float *d1, int8_t *q2,
+                          float *d2, int16_t *bsum2, int64_t n);
+
+/* The best second-term quantizer for isa (the reference where no SIMD variant applies). */
+hx_act_quant2_fn hx_act_quant2_select(unsigned isa);
 
 /* The variants this CPU can run under isa mask `isa`, best first, the reference last; writes up
  * to max of them to out and returns how many there are. */

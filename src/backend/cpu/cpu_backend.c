@@ -265,19 +265,16 @@ static void matmul_int8_task(void *p, int ith, int nth)
     add_bias(a, o0, o1, n_out);
 }
 
-/* Quantizes rows [r0, r1) of the input to int8 blocks and, two-term, their residuals too
- * (through this thread's scratch row). */
-static void quantize_rows(const matmul_args *a, int ith, int64_t r0, int64_t r1, hx_act *x,
-                          hx_act *x2)
+/* Quantizes rows [r0, r1) of the input to int8 blocks and, two-term, their residuals too. */
+static void quantize_rows(const matmul_args *a, int64_t r0, int64_t r1, hx_act *x, hx_act *x2)
 {
     const hx_kernels *k = &a->c->k;
     const int64_t n = x->n, nb = n / HX_ACT_BLOCK, ns = n / HX_ACT_SUB;
-    float *restrict res = a->c->scratch[ith]; /* [n]: the first half, free during a matmul */
     for (int64_t r = r0; r < r1; r++) {
         k->act_quant(a->x + r * n, x->qs + r * n, x->d + r * nb, x->bsum + r * ns, n);
-        if (!x2) continue;
-        hx_act_residual(a->x + r * n, x->qs + r * n, x->d + r * nb, res, n);
-        k->act_quant(res, x2->qs + r * n, x2->d + r * nb, x2->bsum + r * ns, n);
+        if (x2)
+            k->act_quant2(a->x + r * n, x->qs + r * n, x->d + r * nb, x2->qs + r * n,
+                          x2->d + r * nb, x2->bsum + r * ns, n);
     }
 }
 
@@ -289,7 +286,7 @@ static void matmul_two_term_task(void *p, int ith, int nth)
     const int64_t n_out = a->wm.n_out;
     int64_t r0, r1, o0, o1;
     hx_split_range(a->n_rows, ith, nth, 1, &r0, &r1);
-    quantize_rows(a, ith, r0, r1, &a->act, &a->act2);
+    quantize_rows(a, r0, r1, &a->act, &a->act2);
     hx_pool_barrier(a->c->pool);
     hx_split_range(n_out, ith, nth, 16, &o0, &o1);
     if (o0 >= o1) return;
@@ -316,12 +313,12 @@ static void matmul_packed_task(void *p, int ith, int nth)
         x = &own;
         x2 = two ? &own2 : NULL;
         sums = (float *)(void *)(m + 2 * c->own_act_bytes);
-        quantize_rows(a, ith, 0, a->n_rows, x, x2);
+        quantize_rows(a, 0, a->n_rows, x, x2);
         hx_packed_act_sums(x, x2, 0, a->n_rows, sums);
     } else {
         int64_t r0, r1;
         hx_split_range(a->n_rows, ith, nth, 1, &r0, &r1);
-        quantize_rows(a, ith, r0, r1, x, x2);
+        quantize_rows(a, r0, r1, x, x2);
         hx_packed_act_sums(x, x2, r0, r1, sums);
         hx_pool_barrier(c->pool);
     }

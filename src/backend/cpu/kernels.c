@@ -224,6 +224,7 @@ hx_kernels hx_kernels_select(unsigned isa)
     hx_act_quant_variant best;
     hx_act_quant_variants(isa, &best, 1);
     k.act_quant = best.fn;
+    k.act_quant2 = hx_act_quant2_select(isa);
     for (int dt = 0; dt < HX_DT_COUNT; dt++)
         HX_ASSERT(k.dot[dt] != NULL && k.matmul[dt] != NULL && k.fmatmul[dt] != NULL);
     return k;

@@ -64,6 +64,7 @@ typedef struct {
     hx_fmatmul_fn   fmatmul[HX_DT_COUNT];
     hx_matmul2_fn   matmul2[HX_DT_COUNT];     /* NULL where this CPU has no VNNI tile */
     hx_act_quant_fn act_quant;
+    hx_act_quant2_fn act_quant2;              /* the second (residual) term of two-term rows */
     const char     *dot_name[HX_DT_COUNT];    /* "avx512vnni", "avx2", "ref" */
     const char     *matmul_name[HX_DT_COUNT];
     const char     *fmatmul_name[HX_DT_COUNT];

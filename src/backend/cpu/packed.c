@@ -134,11 +134,11 @@ void hx_pmatmul_ref(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x,
                     memcpy(&dh, sc + 2 * lane, 2);
                     if (p->dtype == HX_DT_Q4_1) memcpy(&mh, sc + 32 + 2 * lane, 2);
                     const float sb = s[r * nb + b];
-                    float v = (float)code_dot(p, cb, lane, kn_xqs(x, r) + 32 * b) * kn_xd(x, r)[b];
-                    if (x2)
-                        v = fmaf((float)code_dot(p, cb, lane, kn_xqs(x2, r) + 32 * b),
-                                 kn_xd(x2, r)[b], v);
-                    v += k * sb;
+                    int32_t si = code_dot(p, cb, lane, kn_xqs(x, r) + 32 * b);
+                    if (x2) si = si * 256 + code_dot(p, cb, lane, kn_xqs(x2, r) + 32 * b);
+                    const float dx = x2 ? kn_xd(x2, r)[b] : kn_xd(x, r)[b];
+                    const float v = p->dtype == HX_DT_Q4_1 ? (float)si * dx
+                                                           : fmaf((float)si, dx, k * sb);
                     acc = fmaf(v, hx_f16_to_f32(dh), acc);
                     if (p->dtype == HX_DT_Q4_1) acc = fmaf(sb, hx_f16_to_f32(mh), acc);
                 }

@@ -20,8 +20,11 @@
  * The bytes are the file's bytes rearranged: dequantizing a packed matrix gives the same values.
  *
  * The matmul (two-term or single-term int8 activations, hx_act) computes per row, per block,
- *     v = d1 * sum(u q1) + d2 * sum(u q2) + k * s        (integer sums exact)
+ *     v = d2 * (256 sum(u q1) + sum(u q2)) + k * s    (two terms: the second from
+ *                                                       hx_act_quant2, so d2 = d1 / 256)
+ *     v = d1 * sum(u q1) + k * s                      (single term)
  *     acc += dw * v          (Q4_1: acc += dw * v + mw * s)
+ * with the integer sums exact (|256 S1 + S2| < 2^31 for every format).
  * with s = d1 * sum(q1) + d2 * sum(q2) the block's activation sum (hx_packed_act_sums) and
  * k = -8 (Q4_0), -128 (Q8_0), 0 (Q4_1): the offsets of the unsigned codes folded out. */
 #ifndef HX_BACKEND_CPU_PACKED_H
@@ -61,8 +64,8 @@ void hx_pack_groups(const hx_packed *p, const hx_wmat *w, int64_t g0, int64_t g1
 void hx_packed_act_sums(const hx_act *x, const hx_act *x2, int64_t r0, int64_t r1, float *s);
 
 /* out[r * ld_out + o] = sum_i W[o][i] * x[r][i] for r in [r0, r1) and the outputs of groups
- * [g0, g1) (o < n_out), with x the int8 activations x (+ the residual term x2, or NULL for one
- * term) and s their hx_packed_act_sums (row stride n_in / 32). */
+ * [g0, g1) (o < n_out), with x the int8 activations x (+ the residual term x2 made by
+ * hx_act_quant2, or NULL for one term) and s their hx_packed_act_sums (row stride n_in / 32). */
 typedef void (*hx_pmatmul_fn)(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x,
                               const hx_act *x2, const float *s, int64_t r0, int64_t r1,
                               float *out, int64_t ld_out);

@@ -89,12 +89,16 @@ AI void tile(const hx_packed *p, const unsigned char *grp, const int8_t *const q
                               ? _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(sc + 32)))
                               : _mm512_setzero_ps();
         for (int t = 0; t < nr; t++) {
-            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1[t][0], a1[t][1])),
-                                     _mm512_set1_ps(d1[t][b]));
+            /* two terms: d2 = d1 / 256, so S = 256 S1 + S2 in integers, one conversion */
+            __m512i si = _mm512_add_epi32(a1[t][0], a1[t][1]);
             if (two)
-                v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a2[t][0], a2[t][1])),
-                                    _mm512_set1_ps(d2[t][b]), v);
-            if (fmt != HX_DT_Q4_1) v = _mm512_add_ps(v, _mm512_set1_ps(k * s[t][b]));
+                si = _mm512_add_epi32(_mm512_slli_epi32(si, 8),
+                                      _mm512_add_epi32(a2[t][0], a2[t][1]));
+            const __m512 dx = _mm512_set1_ps(two ? d2[t][b] : d1[t][b]);
+            const __m512 v = fmt == HX_DT_Q4_1
+                                 ? _mm512_mul_ps(_mm512_cvtepi32_ps(si), dx)
+                                 : _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), dx,
+                                                   _mm512_set1_ps(k * s[t][b]));
             acc[t] = _mm512_fmadd_ps(v, dw, acc[t]);
             if (fmt == HX_DT_Q4_1) acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(s[t][b]), mw, acc[t]);
         }
