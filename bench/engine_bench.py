@@ -9,6 +9,12 @@ eval of the same text, then greedy decode of --gen tokens through llm.eval, EOS 
 RSS is each process's maximum resident set (llama-cpp-python's includes the Python interpreter,
 ~30 MiB). Prints medians and the ratios hearth / llama.cpp. A 1-token prompt measures process
 start to first token.
+
+The decode roofline: decode reads every matmul weight once per token, so its ceiling is the
+machine's streaming read bandwidth with the same thread count (build/hx-membw, measured before
+and after the runs; the median is used) divided by the bytes of those weights (every 2-D tensor
+of the file except token_embd when the model has its own output.weight; the KV cache read per
+token is small here and left out). Both engines' decode is printed as a fraction of it.
 """
 import argparse
 import json
@@ -64,6 +70,22 @@ def run_lcp(model, text, threads, gen):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def matmul_bytes(model):
+    """Bytes of the weights one decode step reads: every 2-D tensor, less the embedding table
+    when the output projection is a separate tensor (then the lookup reads one row)."""
+    from gguf import GGUFReader
+    r = GGUFReader(model)
+    names = {t.name for t in r.tensors}
+    return sum(int(t.n_bytes) for t in r.tensors if len(t.shape) == 2 and
+               not (t.name == "token_embd.weight" and "output.weight" in names))
+
+
+def membw_gbs(threads):
+    p = subprocess.run([os.path.join(BUILD, "hx-membw"), str(threads)], capture_output=True,
+                       text=True, check=True)
+    return float(re.search(r"([\d.]+) GB/s", p.stdout).group(1))
+
+
 def prompt_text(n_words):
     import importlib
     words = []
@@ -85,6 +107,7 @@ def main():
     except ImportError:
         sys.exit("llama-cpp-python is not installed (pip install llama-cpp-python)")
     text = prompt_text(a.prompt_words)
+    bws = [membw_gbs(a.threads)]
     res = {"hearth": [], "llama.cpp": []}
     for i in range(a.runs):  # alternate, so drift on a shared machine hits both alike
         res["hearth"].append(run_hearth(a.model, text, a.threads, a.gen))
@@ -94,6 +117,7 @@ def main():
         t0 = time.perf_counter()
         run_hearth(a.model, "Hi", a.threads, 1)
         starts.append((time.perf_counter() - t0) * 1e3)
+    bws.append(membw_gbs(a.threads))
     med = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in res.items()}
     print(f"model {a.model}, {a.threads} threads, prompt {med['hearth']['n_prompt']:.0f} tokens, "
           f"{a.gen} generated, median of {a.runs}")
@@ -105,6 +129,13 @@ def main():
         print(f"{label:18}{h:12.1f}{l:12.1f}{h / l:8.2f}")
     print(f"{'peak RSS MiB':18}{med['hearth']['rss']:12.1f}{med['llama.cpp']['rss']:12.1f}"
           f"{med['hearth']['rss'] / med['llama.cpp']['rss']:8.2f}  (llama.cpp's includes Python)")
+    wb = matmul_bytes(a.model)
+    bw = statistics.median(bws)
+    roof = bw * 1e9 / wb
+    print(f"decode roofline: {bw:.1f} GB/s streaming read ({a.threads} threads; measured "
+          f"{', '.join(f'{b:.1f}' for b in bws)}) / {wb / 2**20:.0f} MiB of weights per token = "
+          f"{roof:.1f} tok/s; hearth {med['hearth']['decode_tps'] / roof:.0%}, llama.cpp "
+          f"{med['llama.cpp']['decode_tps'] / roof:.0%} of it")
     print(f"hearth whole process for a 1-token prompt and 1 generated token: "
           f"{statistics.median(starts):.1f} ms (median; target: start to first token <= 150 ms)")
 

@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +210,7 @@ typedef struct {
     hx_wmat          wm;
     hx_act           act;
     hx_act           act2; /* the residual term, two-term path only */
+    atomic_llong     next; /* packed path: the next group not yet taken */
 } matmul_args;
 
 static void matmul_plain_task(void *p, int ith, int nth)
@@ -322,12 +324,21 @@ static void matmul_packed_task(void *p, int ith, int nth)
         hx_packed_act_sums(x, x2, r0, r1, sums);
         hx_pool_barrier(c->pool);
     }
-    int64_t g0, g1;
-    hx_split_range(pk->n_groups, ith, nth, 1, &g0, &g1);
-    if (g0 >= g1) return;
-    c->pmatmul(pk, g0, g1, x, x2, sums, 0, a->n_rows, a->out, pk->n_out);
-    const int64_t o1 = g1 * HX_PACK_ROWS < pk->n_out ? g1 * HX_PACK_ROWS : pk->n_out;
-    add_bias(a, g0 * HX_PACK_ROWS, o1, pk->n_out);
+    /* Prefill takes groups in chunks from a shared counter rather than an even split: the
+     * threads are not equally fast on a shared machine (+5% prompt tok/s on the 1B shape).
+     * Decode keeps one contiguous range per thread, one long stream for the prefetchers (1%
+     * faster than chunks). A group is computed whole by one thread either way, so the bits do
+     * not depend on which. */
+    const int64_t chunk = a->n_rows <= OWN_ROWS ? (pk->n_groups + nth - 1) / nth
+                          : pk->n_groups / (8 * nth) > 1 ? pk->n_groups / (8 * nth) : 1;
+    for (;;) {
+        const int64_t g0 = atomic_fetch_add_explicit(&a->next, chunk, memory_order_relaxed);
+        if (g0 >= pk->n_groups) break;
+        const int64_t g1 = g0 + chunk < pk->n_groups ? g0 + chunk : pk->n_groups;
+        c->pmatmul(pk, g0, g1, x, x2, sums, 0, a->n_rows, a->out, pk->n_out);
+        const int64_t o1 = g1 * HX_PACK_ROWS < pk->n_out ? g1 * HX_PACK_ROWS : pk->n_out;
+        add_bias(a, g0 * HX_PACK_ROWS, o1, pk->n_out);
+    }
 }
 
 /* ---- weights: repacking at load ---- */
@@ -406,7 +417,7 @@ static void cpu_matmul(hx_backend *be, const hx_tensor *w, const hx_tensor *bias
         b = c->scratch[0] + c->scratch_floats / 2;
         hx_tensor_dequant_row(bias, 0, b);
     }
-    matmul_args a = {c, w, b, x, n_rows, out, {0}, {0}, {0}};
+    matmul_args a = {c, w, b, x, n_rows, out, {0}, {0}, {0}, 0};
     if (w->prepared) {
         HX_ASSERT(hx_act_bytes(n_rows, n_in) <= c->act_bytes &&
                   (size_t)(n_rows * (n_in / HX_ACT_BLOCK)) <= c->sums_floats);
