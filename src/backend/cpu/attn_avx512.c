@@ -55,8 +55,8 @@ static __m512 load_f16(const uint16_t *p)
 }
 
 /* The 16 scaled scores q . k_j of a chunk of n keys; lanes j >= n are -inf. */
-static __m512 chunk_scores(const float *q, const uint16_t *kc, int32_t rs, int32_t n, int32_t d,
-                           float scale)
+static inline __attribute__((always_inline)) __m512
+chunk_scores(const float *q, const uint16_t *kc, int32_t rs, int32_t n, int32_t d, float scale)
 {
     __m256 half[HX_ATTN_CHUNK];
     for (int32_t j = 0; j < HX_ATTN_CHUNK; j++) {
@@ -77,8 +77,9 @@ static __m512 chunk_scores(const float *q, const uint16_t *kc, int32_t rs, int32
 }
 
 /* og = og * corr + sum_j p[j] v_j over n keys. */
-static void chunk_accumulate(float *og, const float *p, const uint16_t *vc, int32_t rs,
-                             int32_t n, int32_t d, float corr)
+static inline __attribute__((always_inline)) void
+chunk_accumulate(float *og, const float *p, const uint16_t *vc, int32_t rs, int32_t n, int32_t d,
+                 float corr)
 {
     const __m512 c = _mm512_set1_ps(corr);
     int32_t i = 0;
@@ -108,8 +109,9 @@ static void chunk_accumulate(float *og, const float *p, const uint16_t *vc, int3
     }
 }
 
-void hx_attn_avx512(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head,
-                    float scale, int32_t first, int32_t last, float *out)
+static inline __attribute__((always_inline)) void
+attend(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
+       int32_t first, int32_t last, float *out)
 {
     const int32_t d = d_head, rs = kv->row_stride, bt = kv->block_tokens;
     float m[HX_ATTN_MAX_Q], l[HX_ATTN_MAX_Q];
@@ -143,6 +145,15 @@ void hx_attn_avx512(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d
         for (int32_t i = 0; i < d; i += 16)
             _mm512_storeu_ps(out + g * d + i, _mm512_div_ps(_mm512_loadu_ps(out + g * d + i), lv));
     }
+}
+
+/* The common head sizes get their own instance, so the loops over d_head unroll. */
+void hx_attn_avx512(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head,
+                    float scale, int32_t first, int32_t last, float *out)
+{
+    if (d_head == 64) attend(kv, q, n_q, 64, scale, first, last, out);
+    else if (d_head == 128) attend(kv, q, n_q, 128, scale, first, last, out);
+    else attend(kv, q, n_q, d_head, scale, first, last, out);
 }
 
 /* vcvtps2ph rounds to nearest even (imm8), handles subnormals, overflow and inf exactly as
