@@ -10,21 +10,26 @@
  *    >= 256 MiB so every call streams its weights from DRAM, the decode situation. Printed:
  *    ns per matmul, GB/s of weight bytes, and for cold the fraction of the streaming roofline;
  *  - prefill (batch 512): every matmul variant, in GOP/s and fraction of the VNNI peak;
- *  - the same for every f32-activation matmul variant (fmatmul_*.c, the exact default path),
- *    labelled "f32act/<isa>": decode is one call over one row, prefill one call over 512 rows.
+ *  - the same for every f32-activation matmul variant (fmatmul_*.c, the exact path of formats
+ *    without packing), labelled "f32act/<isa>": decode is one call over one row, prefill one
+ *    call over 512 rows;
+ *  - the packed matmul (packed.h, the default for Q4_0/Q4_1/Q8_0 on VNNI CPUs), "packed/1term"
+ *    and "packed/2term" (the exact default), decode hot/cold and prefill, on huge-page memory.
  * K-quants need rows that are multiples of 256, so they skip the 576-wide shape.
  * Build by hand until CMake has hx-dot-bench:
  *   gcc -std=c11 -O3 -Iinclude -Isrc bench/kernels/dot_bench.c build/libhearth.a -lm -lpthread
  * Run: hx-dot-bench [filter]   (filter: a dtype name such as q4_0, to run only that format) */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/packed.h"
 #include "base/cpu.h"
 #include "base/f16.h"
 #include "tensor/dtype.h"
@@ -323,6 +328,98 @@ static void bench_prefill(hx_dtype dt, int64_t n_out, int64_t n_in, int64_t n_ro
     free_w(&w);
 }
 
+/* ---- packed weights (packed.h): the default path for Q4_0/Q4_1/Q8_0 on VNNI CPUs ---- */
+
+/* A packed copy of w in 2 MiB-aligned, huge-page-advised memory, as the backend makes. */
+static hx_packed make_packed(const hx_wmat *w)
+{
+    hx_packed p;
+    const size_t bytes = hx_pack_layout(&p, w), al = (bytes + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+    p.data = aligned_alloc((size_t)2 << 20, al);
+    if (!p.data) {
+        fprintf(stderr, "out of memory (%zu bytes)\n", al);
+        exit(1);
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(p.data, al, MADV_HUGEPAGE);
+#endif
+    hx_pack_groups(&p, w, 0, p.n_groups);
+    return p;
+}
+
+/* Best ns per call of the packed matmul over rows [0, n_rows), cycling through n_p copies. */
+static double time_packed(hx_pmatmul_fn fn, const hx_packed *ps, int n_p, const hx_act *x,
+                          const hx_act *x2, const float *s, int64_t n_rows, float *y)
+{
+    double best = 1e30;
+    for (int trial = 0; trial < 5; trial++) {
+        int reps = 0;
+        const double t0 = now_s();
+        double t;
+        do {
+            const hx_packed *p = &ps[reps % n_p];
+            fn(p, 0, p->n_groups, x, x2, s, 0, n_rows, y, p->n_out);
+            reps++;
+        } while ((t = now_s() - t0) < 0.1 || reps < n_p);
+        if (t / reps < best) best = t / reps;
+    }
+    return best * 1e9;
+}
+
+/* Decode (one row, hot and from DRAM) and prefill (n_rows rows) of the packed matmul, with one
+ * and with two activation terms. Prefill GOP/s count 2 ops per weight-activation product, not
+ * per term, so two terms show their cost against the single-term VNNI peak. */
+static void bench_packed(hx_dtype dt, int64_t n_out, int64_t n_in, int64_t n_rows, double roof,
+                         double peak)
+{
+    const hx_pmatmul_fn fn = hx_pmatmul_select(hx_cpu_isa());
+    if (!fn || !hx_pack_supported(dt, n_in)) return;
+    hx_wmat w = make_w(dt, n_out, n_in, 1);
+    hx_packed hot = make_packed(&w);
+    const double wb = (double)hot.n_groups * (double)hot.group_bytes;
+    const int n_cold = (int)(256e6 / wb) + 1;
+    hx_packed *cold = xalloc(sizeof(hx_packed) * (size_t)n_cold);
+    for (int i = 0; i < n_cold; i++) cold[i] = make_packed(&w);
+    float *f;
+    hx_act x = make_x(n_rows, n_in, &f), x2;
+    hx_act_init(&x2, xalloc(hx_act_bytes(n_rows, n_in)), n_rows, n_in);
+    for (int64_t r = 0; r < n_rows; r++)
+        hx_act_quant2_ref(f + r * n_in, x.qs + r * n_in, x.d + r * (n_in / 32), x2.qs + r * n_in,
+                          x2.d + r * (n_in / 32), x2.bsum + r * (n_in / 16), n_in);
+    float *s1 = xalloc(sizeof(float) * (size_t)(n_rows * (n_in / 32)));
+    float *s2 = xalloc(sizeof(float) * (size_t)(n_rows * (n_in / 32)));
+    hx_packed_act_sums(&x, NULL, 0, n_rows, s1);
+    hx_packed_act_sums(&x, &x2, 0, n_rows, s2);
+    float *y = xalloc(sizeof(float) * (size_t)(n_rows * n_out));
+    for (int two = 0; two < 2; two++) {
+        const hx_act *xx2 = two ? &x2 : NULL;
+        const float *ss = two ? s2 : s1;
+        const double ns_hot = time_packed(fn, &hot, 1, &x, xx2, ss, 1, y);
+        const double ns_cold = time_packed(fn, cold, n_cold, &x, xx2, ss, 1, y);
+        printf("decode %-5s %5lldx%-5lld packed/%s  hot %9.0f ns %6.1f GB/s | cold %9.0f ns "
+               "%6.1f GB/s  %3.0f%% of roofline\n", hx_dtypes[dt].name, (long long)n_out,
+               (long long)n_in, two ? "2term" : "1term", ns_hot, wb / ns_hot, ns_cold,
+               wb / ns_cold, 100.0 * wb / ns_cold / roof);
+        const double ns_pre = time_packed(fn, &hot, 1, &x, xx2, ss, n_rows, y);
+        const double gops = 2.0 * (double)n_in * (double)n_out * (double)n_rows / ns_pre;
+        printf("prefill %-5s %5lldx%-5lld x%lld packed/%s %8.2f ms %7.1f GOP/s", hx_dtypes[dt].name,
+               (long long)n_out, (long long)n_in, (long long)n_rows, two ? "2term" : "1term",
+               ns_pre * 1e-6, gops);
+        if (peak > 0) printf("  %3.0f%% of VNNI peak", 100.0 * gops / peak);
+        printf("\n");
+    }
+    free(y);
+    free(s1);
+    free(s2);
+    free(x.qs);
+    free(x2.qs);
+    free(f);
+    free(hot.data);
+    for (int i = 0; i < n_cold; i++) free(cold[i].data);
+    free(cold);
+    free_w(&w);
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
@@ -345,6 +442,11 @@ int main(int argc, char **argv)
             if (dt >= HX_DT_Q4_K && dt <= HX_DT_Q6_K && shapes[s].n_in % 256 != 0) continue;
             bench_prefill((hx_dtype)dt, shapes[s].n_out, shapes[s].n_in, 512, peak);
         }
+    }
+    for (int dt = 0; dt < HX_DT_COUNT; dt++) {
+        if (only && strcmp(only, hx_dtypes[dt].name) != 0) continue;
+        for (int s = 0; s < 2; s++)
+            bench_packed((hx_dtype)dt, shapes[s].n_out, shapes[s].n_in, 512, roof, peak);
     }
     return 0;
 }

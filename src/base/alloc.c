@@ -32,12 +32,19 @@ void *hx_alloc(size_t size)
     return p + HDR;
 }
 
+/* libc's calloc rather than alloc + memset: a large block comes from fresh mapped pages that
+ * are already zero, so it costs no resident memory until written (the KV cache is sized for
+ * the whole context but a short conversation touches a few blocks). */
 void *hx_calloc(size_t n, size_t size)
 {
     if (size != 0 && n > SIZE_MAX / size) return NULL;
-    void *p = hx_alloc(n * size);
-    if (p) memset(p, 0, n * size);
-    return p;
+    const size_t bytes = n * size;
+    if (bytes > SIZE_MAX - HDR || should_fail()) return NULL;
+    unsigned char *p = calloc(1, bytes + HDR);
+    if (!p) return NULL;
+    memcpy(p, &bytes, sizeof bytes);
+    atomic_fetch_add_explicit(&live_bytes, bytes, memory_order_relaxed);
+    return p + HDR;
 }
 
 void *hx_realloc(void *p, size_t size)

@@ -376,18 +376,18 @@ static const hx_tensor *cpu_weight(hx_backend *be, const hx_tensor *w, hx_err *e
     const hx_wmat wm = hx_wmat_from_tensor(w);
     packed_weight *pw = hx_calloc(1, sizeof *pw);
     const size_t bytes = pw ? hx_pack_layout(&pw->p, &wm) : 0;
-    if (!pw || !(pw->mem = hx_alloc(bytes + 64))) {
+    /* Matrices of 4 MiB or more start on a 2 MiB boundary and their whole 2 MiB pages are
+     * advised huge, so decode streams them with few TLB misses (the untouched slack before the
+     * start costs address space only). */
+    const size_t huge = (size_t)2 << 20, align = bytes >= 2 * huge ? huge : 64;
+    if (!pw || !(pw->mem = hx_alloc(bytes + align))) {
         hx_free(pw);
         hx_err_set(err, HX_E_NOMEM, "out of memory repacking a %zu MiB weight", bytes >> 20);
         return NULL;
     }
-    pw->p.data = (unsigned char *)(((uintptr_t)pw->mem + 63) & ~(uintptr_t)63);
+    pw->p.data = (unsigned char *)(((uintptr_t)pw->mem + align - 1) & ~(uintptr_t)(align - 1));
 #ifdef MADV_HUGEPAGE
-    if (bytes >= ((size_t)4 << 20)) { /* fewer TLB misses while decode streams it */
-        const uintptr_t lo = ((uintptr_t)pw->p.data + 4095) & ~(uintptr_t)4095;
-        const uintptr_t hi = ((uintptr_t)pw->p.data + bytes) & ~(uintptr_t)4095;
-        if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
-    }
+    if (align == huge) (void)madvise(pw->p.data, bytes & ~(huge - 1), MADV_HUGEPAGE);
 #endif
     pack_args a = {&pw->p, &wm};
     hx_pool_run(c->pool, pack_task, &a);
