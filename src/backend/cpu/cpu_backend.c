@@ -20,6 +20,7 @@
 #include "base/cpu.h"
 #include "base/f16.h"
 #include "base/threadpool.h"
+#include "backend/cpu/act_fn.h"
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/attn.h"
 #include "backend/cpu/kernels.h"
@@ -40,6 +41,7 @@ typedef struct {
     void      *act_buf;              /* act_mem rounded up to 64 bytes: the first term */
     void      *act2_buf;             /* the second (residual) term, act_bytes further */
     size_t     act_bytes;            /* of one term */
+    hx_swiglu_fn swiglu;             /* the gated activation variant for this CPU */
     hx_pmatmul_fn pmatmul;           /* the packed-weight matmul, NULL where packing does not pay */
     float     *sums;                 /* [max_tok, max_row / 32] activation block sums (packed.h) */
     size_t     sums_floats;
@@ -635,10 +637,25 @@ static void cpu_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
 
 /* ---- element-wise ---- */
 
+typedef struct {
+    hx_swiglu_fn fn;
+    const float *gate, *up;
+    int64_t      n;
+    float       *out;
+} swiglu_args;
+
+static void swiglu_task(void *p, int ith, int nth)
+{
+    const swiglu_args *a = p;
+    int64_t i0, i1;
+    hx_split_range(a->n, ith, nth, 64, &i0, &i1);
+    if (i1 > i0) a->fn(a->gate + i0, a->up + i0, i1 - i0, a->out + i0);
+}
+
 static void cpu_swiglu(hx_backend *be, const float *gate, const float *up, int64_t n, float *out)
 {
-    (void)be;
-    for (int64_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+    swiglu_args a = {impl_of(be)->swiglu, gate, up, n, out};
+    hx_pool_run(impl_of(be)->pool, swiglu_task, &a);
 }
 
 static void cpu_gather_rows(hx_backend *be, const float *src, const int32_t *rows, int64_t n,
@@ -690,6 +707,7 @@ hx_status hx_cpu_backend_create(int n_threads, unsigned flags, hx_backend **out,
     if (c->n_attn > (int)HX_COUNTOF(c->attn)) c->n_attn = (int)HX_COUNTOF(c->attn);
     c->int8_act = (flags & HX_CPU_INT8_ACT) != 0;
     c->pmatmul = hx_pmatmul_select(hx_cpu_isa());
+    c->swiglu = hx_swiglu_select(hx_cpu_isa());
     hx_status st = hx_pool_init(n_threads, &c->pool, err);
     if (st != HX_OK) {
         cpu_destroy(be);
