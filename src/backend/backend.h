@@ -30,12 +30,13 @@ typedef struct {
 } hx_rope;
 
 /* KV storage: n_blocks blocks of block_tokens positions, each holding K and V of every layer.
- * Layout of K (and V alike): [n_blocks][n_layer][block_tokens][kv_dim] f16, kv_dim =
+ * Layout of K (and V alike): [n_blocks][n_layer][n_kv_head][block_tokens][d_head] f16, so one
+ * kv head's positions of a block are contiguous (what attention reads, head by head). kv_dim =
  * n_kv_head * d_head. Block ids come from the KV pool (src/kv), which owns allocation and
  * sharing; the backend owns the bytes. */
 typedef struct {
     void   *k, *v;
-    int32_t n_blocks, block_tokens, n_layer, kv_dim;
+    int32_t n_blocks, block_tokens, n_layer, n_kv_head, d_head, kv_dim;
 } hx_kv_store;
 
 /* One sequence's view of the cache for attention: its block table and how many positions are

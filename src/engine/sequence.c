@@ -39,7 +39,7 @@ hx_status hx_sequence_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx
     s->tok = tok;
     s->n_ctx = n_ctx;
     const hx_hparams *hp = &m->hp;
-    hx_status st = hx_kv_pool_create(m->be, hp->n_layer, hp->n_kv_head * hp->d_head, BLOCK_TOKENS,
+    hx_status st = hx_kv_pool_create(m->be, hp->n_layer, hp->n_kv_head, hp->d_head, BLOCK_TOKENS,
                                      (n_ctx + BLOCK_TOKENS - 1) / BLOCK_TOKENS, &s->pool, err);
     if (st != HX_OK) goto fail;
     s->tokens = hx_alloc((size_t)n_ctx * sizeof(int32_t));

@@ -1,19 +1,24 @@
 /* kv_pool.c - block allocator (a stack of free ids) and per-sequence block tables. */
 #include "kv/kv_pool.h"
 
+#include <stdint.h>
+
 #include "base/alloc.h"
 
-hx_status hx_kv_pool_create(hx_backend *be, int32_t n_layer, int32_t kv_dim, int32_t block_tokens,
-                            int32_t n_blocks, hx_kv_pool **out, hx_err *err)
+hx_status hx_kv_pool_create(hx_backend *be, int32_t n_layer, int32_t n_kv_head, int32_t d_head,
+                            int32_t block_tokens, int32_t n_blocks, hx_kv_pool **out,
+                            hx_err *err)
 {
-    if (n_blocks < 1 || block_tokens < 1 || n_layer < 1 || kv_dim < 1)
+    if (n_blocks < 1 || block_tokens < 1 || n_layer < 1 || n_kv_head < 1 || d_head < 1 ||
+        n_kv_head > INT32_MAX / d_head)
         return hx_err_set(err, HX_E_INVALID, "KV pool of %d blocks x %d tokens is invalid",
                           n_blocks, block_tokens);
     hx_kv_pool *p = hx_calloc(1, sizeof *p);
     if (!p) return hx_err_set(err, HX_E_NOMEM, "out of memory for the KV pool");
     p->be = be;
     p->store = (hx_kv_store){.n_blocks = n_blocks, .block_tokens = block_tokens,
-                             .n_layer = n_layer, .kv_dim = kv_dim};
+                             .n_layer = n_layer, .n_kv_head = n_kv_head, .d_head = d_head,
+                             .kv_dim = n_kv_head * d_head};
     p->refcount = hx_calloc((size_t)n_blocks, sizeof(int32_t));
     p->free_ids = hx_calloc((size_t)n_blocks, sizeof(int32_t));
     hx_status st = p->refcount && p->free_ids

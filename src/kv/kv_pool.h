@@ -16,9 +16,11 @@ typedef struct hx_kv_pool {
     int32_t      n_free;
 } hx_kv_pool;
 
-/* Creates a pool of n_blocks blocks of block_tokens positions for n_layer layers of kv_dim. */
-hx_status hx_kv_pool_create(hx_backend *be, int32_t n_layer, int32_t kv_dim, int32_t block_tokens,
-                            int32_t n_blocks, hx_kv_pool **out, hx_err *err);
+/* Creates a pool of n_blocks blocks of block_tokens positions for n_layer layers of n_kv_head
+ * heads of d_head. */
+hx_status hx_kv_pool_create(hx_backend *be, int32_t n_layer, int32_t n_kv_head, int32_t d_head,
+                            int32_t block_tokens, int32_t n_blocks, hx_kv_pool **out,
+                            hx_err *err);
 void      hx_kv_pool_free(hx_kv_pool *pool); /* accepts NULL */
 
 /* A free block with reference count 1, or -1 when none is left. */

@@ -76,8 +76,9 @@ int main(int argc, char **argv)
     if (hx_discover_resolve(argv[1], &path, &err) || hx_model_files_open(path, &mf, &err) ||
         hx_cpu_backend_create(threads, int8 ? HX_CPU_INT8_ACT : 0, &be, &err) || hx_llm_open(mf, be, chunk, &m, &err))
         return die(err.msg);
-    const int32_t kv_dim = mf->hp.n_kv_head * mf->hp.d_head, total = n + greedy;
-    if (hx_kv_pool_create(be, mf->hp.n_layer, kv_dim, 16, (total + 15) / 16 + 1, &pool, &err))
+    const int32_t total = n + greedy;
+    if (hx_kv_pool_create(be, mf->hp.n_layer, mf->hp.n_kv_head, mf->hp.d_head, 16,
+                          (total + 15) / 16 + 1, &pool, &err))
         return die(err.msg);
     const size_t V = (size_t)mf->hp.n_vocab;
     float *logits = malloc((size_t)chunk * V * sizeof(float));

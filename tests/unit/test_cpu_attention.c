@@ -272,7 +272,7 @@ static int test_backend_attention_matches_kernel_per_head(void)
         hx_backend *be = NULL;
         hx_err err = {0};
         CHECK_EQ(hx_cpu_backend_create(run ? 3 : 1, 0, &be, &err), HX_OK);
-        hx_kv_store kv = { NULL, NULL, 4, bt, n_layer, kvd };
+        hx_kv_store kv = { NULL, NULL, 4, bt, n_layer, n_kv, d, kvd };
         CHECK_EQ(be->kv_alloc(be, &kv, &err), HX_OK);
         int32_t pre[20];
         for (int32_t t = 0; t < 20; t++) pre[t] = t;
@@ -284,20 +284,25 @@ static int test_backend_attention_matches_kernel_per_head(void)
             for (int32_t h = 0; h < n_head; h++) {
                 const int32_t kvh = h / (n_head / n_kv), last = pos[t];
                 const int32_t first = last - 24 > 0 ? last - 24 : 0;
-                const size_t off = (size_t)layer * (size_t)(bt * kvd) + (size_t)kvh * d;
+                /* layout [block][layer][kv head][position][d] (backend.h) */
+                const size_t off = (size_t)layer * (size_t)(bt * kvd) + (size_t)kvh * bt * d;
                 const hx_attn_kv view = { (const uint16_t *)kv.k + off,
                                           (const uint16_t *)kv.v + off, blocks,
-                                          (size_t)(n_layer * bt * kvd), kvd, bt };
+                                          (size_t)(n_layer * bt * kvd), d, bt };
                 attend(&view, q + (t * n_head + h) * d, 1, d, shape.scale, first, last, want);
                 const float *o = out[0] + (t * n_head + h) * d;
                 if (memcmp(o, want, sizeof want) != 0)
                     CHECK_FAIL("t=%d h=%d: %.9g vs %.9g", t, h, (double)o[0], (double)want[0]);
             }
-            /* K of position 25 went through the cache write exactly. */
-            const uint16_t *k25 = (const uint16_t *)kv.k +
-                                  ((size_t)blocks[1] * n_layer + layer) * (size_t)(bt * kvd) +
-                                  (size_t)9 * kvd;
-            for (int32_t i = 0; i < kvd; i++) CHECK_EQ(k25[i], hx_f32_to_f16(kx[5 * kvd + i]));
+            /* K of position 25 (block 1, offset 9) went through the cache write exactly, each
+             * kv head's d values at their place in the layout. */
+            for (int32_t h = 0; h < n_kv; h++) {
+                const uint16_t *k25 = (const uint16_t *)kv.k +
+                                      (((size_t)blocks[1] * n_layer + layer) * n_kv + h) *
+                                          (size_t)(bt * d) + (size_t)9 * d;
+                for (int32_t i = 0; i < d; i++)
+                    CHECK_EQ(k25[i], hx_f32_to_f16(kx[5 * kvd + h * d + i]));
+            }
         }
         be->kv_free(be, &kv);
         be->destroy(be);

@@ -18,7 +18,7 @@ static int test_blocks_are_handed_out_once_and_come_back(void)
     hx_kv_pool *p = NULL;
     hx_err err = {0};
     CHECK(be != NULL);
-    CHECK_EQ(hx_kv_pool_create(be, 2, 8, 16, 10, &p, &err), HX_OK);
+    CHECK_EQ(hx_kv_pool_create(be, 2, 2, 4, 16, 10, &p, &err), HX_OK);
     int seen[10] = {0};
     int32_t ids[10];
     for (int i = 0; i < 10; i++) {
@@ -47,7 +47,7 @@ static int test_random_tables_never_leak(void)
     hx_backend *be = backend();
     hx_kv_pool *p = NULL;
     hx_err err = {0};
-    CHECK_EQ(hx_kv_pool_create(be, 1, 4, 4, 64, &p, &err), HX_OK);
+    CHECK_EQ(hx_kv_pool_create(be, 1, 1, 4, 4, 64, &p, &err), HX_OK);
     hx_kv_table t[5] = {{0}};
     uint32_t rng = 12345;
     for (int step = 0; step < 5000; step++) {
@@ -78,7 +78,7 @@ static int test_full_pool_is_a_context_error(void)
     hx_backend *be = backend();
     hx_kv_pool *p = NULL;
     hx_err err = {0};
-    CHECK_EQ(hx_kv_pool_create(be, 1, 4, 16, 2, &p, &err), HX_OK);
+    CHECK_EQ(hx_kv_pool_create(be, 1, 1, 4, 16, 2, &p, &err), HX_OK);
     hx_kv_table t = {0};
     CHECK_EQ(hx_kv_table_reserve(p, &t, 32, &err), HX_OK);
     CHECK_EQ(hx_kv_table_reserve(p, &t, 33, &err), HX_E_CONTEXT);

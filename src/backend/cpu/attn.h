@@ -1,10 +1,11 @@
 /* attn.h - attention of query heads over the paged f16 KV cache, and the f32 -> f16 conversion
  * that fills the cache.
  *
- * Layout read (hx_kv_store, backend.h): K and V are [n_blocks][n_layer][block_tokens][kv_dim]
- * f16, kv_dim = n_kv_head * d_head. Position p of a sequence lives in block blocks[p /
- * block_tokens] at offset p % block_tokens; the d_head values of kv head h are contiguous at
- * h * d_head within the position's row. hx_attn_kv holds a layer's and kv head's view of that.
+ * Layout read (hx_kv_store, backend.h): K and V are [n_blocks][n_layer][n_kv_head][block_tokens]
+ * [d_head] f16. Position p of a sequence lives in block blocks[p / block_tokens] at offset
+ * p % block_tokens, and a kv head's positions of a block are contiguous (a chunk of 16 keys is
+ * one run of 16 * d_head values). hx_attn_kv holds a layer's and kv head's view of that, by
+ * strides, so the kernels do not depend on the layout.
  *
  * One call attends n_q query heads that share a kv head (a GQA group, or part of one) over the
  * positions [first, last]: out[g] = softmax(scale * q[g] K^T) V. Keys are taken a chunk of up to
@@ -30,7 +31,7 @@ typedef struct {
     const uint16_t *k, *v;        /* K, V of position 0 of block 0 for this layer and kv head */
     const int32_t  *blocks;       /* the sequence's block table */
     size_t          block_stride; /* elements from a block to the next (n_layer*bt*kv_dim) */
-    int32_t         row_stride;   /* elements from a position to the next: kv_dim */
+    int32_t         row_stride;   /* elements from a position to the next (d_head here) */
     int32_t         block_tokens;
 } hx_attn_kv;
 

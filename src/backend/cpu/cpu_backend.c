@@ -539,27 +539,30 @@ static void cpu_rope(hx_backend *be, float *x, const int32_t *pos, int64_t n_tok
 
 /* ---- KV cache and attention ---- */
 
-/* Address of position `pos` of `layer` in the sequence's blocks (K or V base). */
-static uint16_t *kv_at(const hx_kv_store *kv, void *base, int32_t layer, const hx_kv_seq *seq,
-                       int32_t pos)
+/* Address of kv head h at position `pos` of `layer` in the sequence's blocks (K or V base). */
+static uint16_t *kv_at(const hx_kv_store *kv, void *base, int32_t layer, int32_t h,
+                       const hx_kv_seq *seq, int32_t pos)
 {
     const int32_t block = seq->blocks[pos / kv->block_tokens], off = pos % kv->block_tokens;
-    const size_t idx = (((size_t)block * (size_t)kv->n_layer + (size_t)layer) *
-                            (size_t)kv->block_tokens + (size_t)off) * (size_t)kv->kv_dim;
+    const size_t idx = ((((size_t)block * (size_t)kv->n_layer + (size_t)layer) *
+                             (size_t)kv->n_kv_head + (size_t)h) * (size_t)kv->block_tokens +
+                        (size_t)off) * (size_t)kv->d_head;
     return (uint16_t *)base + idx;
 }
 
-/* Rows of kv_dim floats to f16 (vcvtps2ph where the CPU has it; same bits as hx_f32_to_f16).
- * Single-threaded: a step writes n_tok * kv_dim * 2 values, tiny next to the matmuls. */
+/* Rows of kv_dim floats to f16, head by head (vcvtps2ph where the CPU has it; same bits as
+ * hx_f32_to_f16). Single-threaded: a step writes n_tok * kv_dim * 2 values, tiny next to the
+ * matmuls. */
 static void cpu_kv_write(hx_backend *be, hx_kv_store *kv, int32_t layer, const hx_kv_seq *seq,
                          const int32_t *pos, const float *k, const float *v, int64_t n_tok)
 {
     const hx_f16_store_fn store = impl_of(be)->attn[0].store;
-    const int32_t kvd = kv->kv_dim;
-    for (int64_t t = 0; t < n_tok; t++) {
-        store(k + t * kvd, kv_at(kv, kv->k, layer, seq, pos[t]), kvd);
-        store(v + t * kvd, kv_at(kv, kv->v, layer, seq, pos[t]), kvd);
-    }
+    const int32_t kvd = kv->kv_dim, dh = kv->d_head;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int32_t h = 0; h < kv->n_kv_head; h++) {
+            store(k + t * kvd + h * dh, kv_at(kv, kv->k, layer, h, seq, pos[t]), dh);
+            store(v + t * kvd + h * dh, kv_at(kv, kv->v, layer, h, seq, pos[t]), dh);
+        }
 }
 
 typedef struct {
@@ -588,6 +591,7 @@ static void attention_task(void *p, int ith, int nth)
     const hx_kv_store *kv = a->kv;
     const int32_t d = s->d_head, n_head = s->n_head, group = s->n_head / s->n_kv_head;
     const size_t layer_off = (size_t)a->layer * (size_t)kv->block_tokens * (size_t)kv->kv_dim;
+    HX_ASSERT(kv->d_head == d && kv->n_kv_head == s->n_kv_head);
     int64_t r0, r1;
     hx_split_range(a->n_tok * n_head, ith, nth, a->align, &r0, &r1);
     for (int64_t r = r0; r < r1;) {
@@ -599,13 +603,13 @@ static void attention_task(void *p, int ith, int nth)
         const int32_t last = a->pos[t];
         const int32_t first = s->sliding_window > 0 && last - s->sliding_window + 1 > 0
                                   ? last - s->sliding_window + 1 : 0;
-        const size_t head_off = layer_off + (size_t)kvh * (size_t)d;
+        const size_t head_off = layer_off + (size_t)kvh * (size_t)kv->block_tokens * (size_t)d;
         const hx_attn_kv view = {
             .k = (const uint16_t *)kv->k + head_off,
             .v = (const uint16_t *)kv->v + head_off,
             .blocks = a->seq->blocks,
             .block_stride = (size_t)kv->n_layer * (size_t)kv->block_tokens * (size_t)kv->kv_dim,
-            .row_stride = kv->kv_dim,
+            .row_stride = d,
             .block_tokens = kv->block_tokens,
         };
         a->attend(&view, a->q + r * d, (int32_t)(r_end - r), d, s->scale, first, last,
