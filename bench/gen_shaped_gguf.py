@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Writes a random-weight GGUF in the shape of a real model, for speed benchmarks only.
 
-usage: gen_shaped_gguf.py OUT.gguf [--shape llama-3.2-1b] [--type q4_0]
+usage: gen_shaped_gguf.py OUT.gguf [--shape llama-3.2-1b] [--type q4_0|q8_0|q4_k_m]
 
-The weights are random Q4_0 (or Q8_0) blocks written directly as bytes (seconds for a 1B model,
+The weights are random blocks of the type written directly as bytes (seconds for a 1B model,
 no float matrix is ever built): their values are meaningless, their size and layout are exactly
 those of the real model, which is all a throughput measurement reads. The vocabulary is the
 starter model's (SmolLM2, byte-level BPE) padded with unused tokens up to the shape's vocabulary
-size, so both hearth and llama.cpp can tokenize a prompt for it.
+size, so both hearth and llama.cpp can tokenize a prompt for it. q4_k_m mixes formats the way
+llama.cpp's Q4_K_M files do: Q6_K for the embedding/output and for attn_v and ffn_down of every
+other layer, Q4_K for the rest.
 """
 import argparse
 import os
@@ -21,14 +23,19 @@ SHAPES = {
     "llama-3.1-8b": (32, 4096, 14336, 32, 8, 128256, 500000.0, False),
     "qwen2.5-7b": (28, 3584, 18944, 28, 4, 152064, 1000000.0, False),
 }
-BLOCK = {gguf.GGMLQuantizationType.Q4_0: (32, 18), gguf.GGMLQuantizationType.Q8_0: (32, 34)}
+Q = gguf.GGMLQuantizationType
+# type: (elements per block, bytes per block, byte offsets of the f16 scales, their value); the
+# K-quants' super-block scales multiply 6-bit (Q4_K) or 8-bit (Q6_K) sub-block scales
+BLOCK = {Q.Q4_0: (32, 18, [0], 0.02), Q.Q8_0: (32, 34, [0], 0.02),
+         Q.Q4_K: (256, 144, [0, 2], 0.0005), Q.Q6_K: (256, 210, [208], 0.0005)}
 
 
 def random_blocks(rng, rows, cols, qtype):
-    n, size = BLOCK[qtype]
+    n, size, scale_at, scale = BLOCK[qtype]
     b = rng.integers(0, 256, (rows, cols // n, size), dtype=np.uint8)
     # a small positive f16 scale in every block keeps values finite and tame
-    b[..., 0:2] = np.frombuffer(np.float16(0.02).tobytes(), dtype=np.uint8)
+    for o in scale_at:
+        b[..., o:o + 2] = np.frombuffer(np.float16(scale).tobytes(), dtype=np.uint8)
     return b.reshape(rows, -1)
 
 
@@ -36,13 +43,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--shape", default="llama-3.2-1b", choices=sorted(SHAPES))
-    ap.add_argument("--type", default="q4_0", choices=["q4_0", "q8_0"])
+    ap.add_argument("--type", default="q4_0", choices=["q4_0", "q8_0", "q4_k_m"])
     ap.add_argument("--tokenizer-from", default=os.path.join(
         os.environ.get("HEARTH_HOME", os.path.expanduser("~/.cache/hearth")), "models",
         "SmolLM2-135M-Instruct.Q4_1.gguf"))
     a = ap.parse_args()
     L, d, f, h, kv, V, theta, tied = SHAPES[a.shape]
-    qt = gguf.GGMLQuantizationType.Q4_0 if a.type == "q4_0" else gguf.GGMLQuantizationType.Q8_0
+    qt = {"q4_0": Q.Q4_0, "q8_0": Q.Q8_0, "q4_k_m": Q.Q4_K}[a.type]
+    big = Q.Q6_K if a.type == "q4_k_m" else qt  # embedding/output, and some attn_v/ffn_down
     hd = d // h
     src = gguf.GGUFReader(a.tokenizer_from)
 
@@ -66,7 +74,7 @@ def main():
     w.add_rope_freq_base(theta)
     w.add_context_length(8192)
     w.add_rope_dimension_count(hd)
-    w.add_file_type(2 if a.type == "q4_0" else 7)
+    w.add_file_type({"q4_0": 2, "q8_0": 7, "q4_k_m": 15}[a.type])
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("smollm")
     w.add_token_list(tokens)
@@ -76,10 +84,10 @@ def main():
     w.add_eos_token_id(2)
     rng = np.random.default_rng(0)
     ones = np.ones(d, dtype=np.float32)
-    w.add_tensor("token_embd.weight", random_blocks(rng, V, d, qt), raw_dtype=qt)
+    w.add_tensor("token_embd.weight", random_blocks(rng, V, d, big), raw_dtype=big)
     w.add_tensor("output_norm.weight", ones)
     if not tied:
-        w.add_tensor("output.weight", random_blocks(rng, V, d, qt), raw_dtype=qt)
+        w.add_tensor("output.weight", random_blocks(rng, V, d, big), raw_dtype=big)
     for i in range(L):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", ones)
@@ -87,7 +95,8 @@ def main():
         for name, rows, cols in [("attn_q", h * hd, d), ("attn_k", kv * hd, d),
                                  ("attn_v", kv * hd, d), ("attn_output", d, h * hd),
                                  ("ffn_gate", f, d), ("ffn_up", f, d), ("ffn_down", d, f)]:
-            w.add_tensor(p + name + ".weight", random_blocks(rng, rows, cols, qt), raw_dtype=qt)
+            t = big if name in ("attn_v", "ffn_down") and i % 2 == 0 else qt
+            w.add_tensor(p + name + ".weight", random_blocks(rng, rows, cols, t), raw_dtype=t)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
