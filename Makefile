@@ -72,6 +72,10 @@ bench: build starter-model test-deps
 	    $(PY) bench/gen_shaped_gguf.py $(BUILD)/llama-3.2-1b-q4_0.gguf --shape llama-3.2-1b
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/engine_bench.py --threads 2 --runs 3 \
 	    --model $(BUILD)/llama-3.2-1b-q4_0.gguf
+	@[ -f $(BUILD)/llama-3.2-1b-q4_k_m.gguf ] || $(PY) bench/gen_shaped_gguf.py \
+	    $(BUILD)/llama-3.2-1b-q4_k_m.gguf --shape llama-3.2-1b --type q4_k_m
+	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/engine_bench.py --threads 2 --runs 3 \
+	    --model $(BUILD)/llama-3.2-1b-q4_k_m.gguf
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
