@@ -13,8 +13,9 @@
  *  - the same for every f32-activation matmul variant (fmatmul_*.c, the exact path of formats
  *    without packing), labelled "f32act/<isa>": decode is one call over one row, prefill one
  *    call over 512 rows;
- *  - the packed matmul (packed.h, the default for Q4_0/Q4_1/Q8_0 on VNNI CPUs), "packed/1term"
- *    and "packed/2term" (the exact default), decode hot/cold and prefill, on huge-page memory.
+ *  - the packed matmul (packed.h, the default for Q4_0/Q4_1/Q8_0/Q4_K/Q6_K on VNNI CPUs),
+ *    "packed/1term" and "packed/2term" (the exact default), decode hot/cold and prefill, on
+ *    huge-page memory (every format hx_pack_supported takes at the shape).
  * K-quants need rows that are multiples of 256, so they skip the 576-wide shape.
  * Build by hand until CMake has hx-dot-bench:
  *   gcc -std=c11 -O3 -Iinclude -Isrc bench/kernels/dot_bench.c build/libhearth.a -lm -lpthread
@@ -328,7 +329,7 @@ static void bench_prefill(hx_dtype dt, int64_t n_out, int64_t n_in, int64_t n_ro
     free_w(&w);
 }
 
-/* ---- packed weights (packed.h): the default path for Q4_0/Q4_1/Q8_0 on VNNI CPUs ---- */
+/* ---- packed weights (packed.h): the default for Q4_0/Q4_1/Q8_0/Q4_K/Q6_K on VNNI CPUs ---- */
 
 /* A packed copy of w in 2 MiB-aligned, huge-page-advised memory, as the backend makes. */
 static hx_packed make_packed(const hx_wmat *w)

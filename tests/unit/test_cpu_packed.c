@@ -1,19 +1,24 @@
 /* test_cpu_packed.c - the 16-row interleaved weight layout and its matmul (backend/cpu/packed.h).
  *
- * Weights are random bytes with every scale field replaced by a small finite half, so every
- * block is a valid Q4_0, Q4_1 or Q8_0 block; n_out = 37 leaves a last group of 5 rows and 11
- * padding rows, n_out = 1 a group of one row. The packed bytes are read back by a decoder
- * written here from the layout comment of packed.h, not from packed.c. Activations are random
- * floats of mixed magnitude with all-zero blocks, quantized by the reference; the second term is
- * the reference second-term quantizer (hx_act_quant2_ref, scale d1 / 256). Rows 1 to 5 and 9 hit every
- * remainder of the 4-row tile of the VNNI kernel. Tolerances:
+ * Weights are random bytes with every f16 scale field (d, and Q4_1's m or the K-quants' dmin)
+ * replaced by a small finite half, so every block is a valid Q4_0, Q4_1, Q8_0, Q4_K or Q6_K
+ * block (any bytes are valid 6-bit scales, mins and codes); n_out = 37 leaves a last group of 5
+ * rows and 11 padding rows, n_out = 1 a group of one row. Rows are 96 (or 32) elements for the
+ * 32-element formats, 256 and 512 (one and two super-blocks) for the K-quants. The packed bytes
+ * are read back by a decoder written here from the layout comment of packed.h, not from
+ * packed.c. Activations are random floats of mixed magnitude with all-zero blocks, quantized by
+ * the reference; the second term is the reference second-term quantizer (hx_act_quant2_ref,
+ * scale d1 / 256). Rows 1 to 5 and 9 hit every remainder of the 4-row tile of the VNNI kernel.
+ * Tolerances:
  *  - packing: exact. Every packed element dequantizes to the bits the file layout gives
  *    (hx_tensor_dequant_row), padding rows have zero scales, and packing the groups in pieces
  *    writes the same bytes as one call (into buffers prefilled with different garbage);
  *  - activation sums: 1e-6 of |d1 sum q1| + |d2 sum q2| (two f32 products and one add);
  *  - the reference matmul against the double-precision dot of the dequantized weights with the
  *    dequantized activations d1 q1 (+ d2 q2): 1e-5 * sum_i |w_i x_i| (integer sums are exact;
- *    f32 rounding of the block products and of the folded code offset k * s is all that is left);
+ *    f32 rounding of the block products and of the folded code offset k * s is all that is left;
+ *    for the K-quants the rounding of the sub-block sums and of Q4_K's d fs - dmin fm, and of
+ *    the reference dequantize's (d sc) q - dmin m the definition is computed from);
  *  - the VNNI kernel against the reference: 1e-6 * sum_i |w_i x_i| (the same operations in the
  *    same order, so in practice bit-identical);
  *  - two-term activations against the f32 source rows: 1e-4 * sum_i |w_i x_i|. The residual's
@@ -39,7 +44,20 @@
 #include "tensor/quant.h"
 #include "tensor/tensor.h"
 
-static const hx_dtype packed_dtypes[] = { HX_DT_Q4_0, HX_DT_Q4_1, HX_DT_Q8_0 };
+static const hx_dtype packed_dtypes[] = { HX_DT_Q4_0, HX_DT_Q4_1, HX_DT_Q8_0, HX_DT_Q4_K,
+                                          HX_DT_Q6_K };
+
+/* The matrix shapes of the matmul tests: [37, n_in] for every packed format, n_in one that
+ * exercises several block columns (K-quants: one and two super-blocks). */
+static const struct {
+    hx_dtype dt;
+    int64_t  n_in;
+} mat_shapes[] = {
+    { HX_DT_Q4_0, 96 },  { HX_DT_Q4_1, 96 },  { HX_DT_Q8_0, 96 },  { HX_DT_Q4_K, 256 },
+    { HX_DT_Q4_K, 512 }, { HX_DT_Q6_K, 256 }, { HX_DT_Q6_K, 512 },
+};
+
+static bool is_kquant(hx_dtype dt) { return dt == HX_DT_Q4_K || dt == HX_DT_Q6_K; }
 
 #define SENTINEL (-7.0f) /* prefill of output cells a call must leave alone */
 
@@ -70,8 +88,10 @@ static uint16_t get_u16(const unsigned char *p)
     return v;
 }
 
-/* A random Q4_0, Q4_1 or Q8_0 matrix [n_out, n] with valid scales (d in [0.001, 0.02], Q4_1's
- * m in [-0.1, 0.1]); the rest of every block is random bytes. Free with free(w.data). */
+/* A random matrix of a packed format [n_out, n] with valid scales (d in [0.001, 0.02], Q4_1's
+ * m in [-0.1, 0.1]; the K-quants' d and dmin in [0.0001, 0.002], as their 6- and 8-bit
+ * sub-block scales multiply them); the rest of every block is random bytes. Free with
+ * free(w.data). */
 static hx_wmat make_wmat(hx_dtype dt, int64_t n_out, int64_t n, uint32_t seed)
 {
     hx_wmat w = { .dtype = dt, .n_in = n, .n_out = n_out };
@@ -82,8 +102,15 @@ static hx_wmat make_wmat(hx_dtype dt, int64_t n_out, int64_t n, uint32_t seed)
     const int64_t n_blocks = n_out * (n / hx_dtypes[dt].block_n);
     for (int64_t b = 0; b < n_blocks; b++) {
         unsigned char *blk = p + b * hx_dtypes[dt].block_bytes;
-        put_f16(blk, rng_range(&seed, 0.001f, 0.02f));
-        if (dt == HX_DT_Q4_1) put_f16(blk + 2, rng_range(&seed, -0.1f, 0.1f));
+        if (dt == HX_DT_Q4_K) { /* d, dmin */
+            put_f16(blk, rng_range(&seed, 0.0001f, 0.002f));
+            put_f16(blk + 2, rng_range(&seed, 0.0001f, 0.002f));
+        } else if (dt == HX_DT_Q6_K) { /* d is the block's last field */
+            put_f16(blk + 208, rng_range(&seed, 0.0001f, 0.002f));
+        } else {
+            put_f16(blk, rng_range(&seed, 0.001f, 0.02f));
+            if (dt == HX_DT_Q4_1) put_f16(blk + 2, rng_range(&seed, -0.1f, 0.1f));
+        }
     }
     w.data = p;
     return w;
@@ -108,20 +135,60 @@ static size_t pack_all(hx_packed *p, const hx_wmat *w, int fill)
     return bytes;
 }
 
+/* Element i of a K-quant row at lane `lane` of the block column col, from packed.h: Q4_K (2368
+ * bytes): d at 2 lane, dmin at 32 + 2 lane, 6-bit scale and min of sub-block j at 64 + 16 j +
+ * lane and 192 + 16 j + lane, qs[32c + 4k ..] in lane of chunk 8c + k at 320 (low nibbles
+ * sub-block 2c, high 2c + 1); Q6_K (3392 bytes): d at 2 lane, int8 scale of sub-block j (16
+ * elements) at 32 + 16 j + lane, ql[4k ..] in lane of chunk k at 320, qh[4k ..] in lane of chunk
+ * k at 2368, element 128h + 32t + l = ql[64h + 32 (t & 1) + l] (low nibble t < 2, else high) |
+ * bits 2t, 2t+1 of qh[32h + l] << 4, minus 32. */
+static float packed_k_value(hx_dtype dt, const unsigned char *col, int lane, int e,
+                            uint16_t *d_bits, uint16_t *m_bits)
+{
+    *d_bits = get_u16(col + 2 * lane);
+    const float d = hx_f16_to_f32(*d_bits);
+    if (dt == HX_DT_Q4_K) {
+        *m_bits = get_u16(col + 32 + 2 * lane);
+        const int j = e / 32, l = e % 32;
+        const int sc = col[64 + 16 * j + lane], m = col[192 + 16 * j + lane];
+        const int u = col[320 + 64 * (8 * (j / 2) + l / 4) + 4 * lane + l % 4];
+        const int q = j % 2 ? u >> 4 : u & 15;
+        const float ds = d * (float)sc, dm = hx_f16_to_f32(*m_bits) * (float)m;
+        const float v = ds * (float)q;
+        return v - dm;
+    }
+    *m_bits = 0;
+    int8_t sc;
+    memcpy(&sc, col + 32 + 16 * (e / 16) + lane, 1);
+    const int h = e / 128, t = (e % 128) / 32, l = e % 32;
+    const int bl = 64 * h + 32 * (t & 1) + l, bh = 32 * h + l;
+    const int ql = col[320 + 64 * (bl / 4) + 4 * lane + bl % 4];
+    const int qh = col[2368 + 64 * (bh / 4) + 4 * lane + bh % 4];
+    const int u = (t < 2 ? ql & 15 : ql >> 4) | (((qh >> (2 * t)) & 3) << 4);
+    const float ds = d * (float)sc;
+    return ds * (float)(u - 32);
+}
+
 /* Element i of row o (o < 16 * n_groups, padding rows included) of the packed matrix, read back
- * from the layout documented in packed.h: group o / 16, lane o % 16, block column i / 32; scales
- * first (per block column 16 f16 d, then for Q4_1 16 f16 m), codes after sc_bytes (per block
- * column code_bytes; chunk k of 64 bytes holds in bytes 4 * lane .. + 4 the row's qs[4k .. 4k+4):
- * low nibbles elements j, high nibbles elements 16 + j, or Q8_0's q + 128). The scales' bits go
- * to d_bits and m_bits (0 for formats without m). The arithmetic mirrors quant_ref.c. */
+ * from the layout documented in packed.h: group o / 16, lane o % 16, block column i / col_n.
+ * 32-element formats: scales first (per block column 16 f16 d, then for Q4_1 16 f16 m), codes
+ * after sc_bytes (per block column col_bytes; chunk k of 64 bytes holds in bytes 4 * lane .. + 4
+ * the row's qs[4k .. 4k+4): low nibbles elements j, high nibbles elements 16 + j, or Q8_0's
+ * q + 128). K-quants: packed_k_value. The scales' bits go to d_bits and m_bits (Q4_1's m,
+ * Q4_K's dmin, else 0). The arithmetic mirrors quant_ref.c. */
 static float packed_value(const hx_packed *p, int64_t o, int64_t i, uint16_t *d_bits,
                           uint16_t *m_bits)
 {
-    const int64_t g = o / HX_PACK_ROWS, b = i / 32;
-    const int lane = (int)(o % HX_PACK_ROWS), e = (int)(i % 32);
+    const int64_t g = o / HX_PACK_ROWS;
+    const int lane = (int)(o % HX_PACK_ROWS);
     const unsigned char *grp = p->data + (size_t)g * p->group_bytes;
+    if (is_kquant(p->dtype))
+        return packed_k_value(p->dtype, grp + (size_t)(i / 256) * p->col_bytes, lane,
+                              (int)(i % 256), d_bits, m_bits);
+    const int64_t b = i / 32;
+    const int e = (int)(i % 32);
     const unsigned char *sc = grp + (size_t)b * (p->dtype == HX_DT_Q4_1 ? 64 : 32);
-    const unsigned char *codes = grp + p->sc_bytes + (size_t)b * p->code_bytes;
+    const unsigned char *codes = grp + p->sc_bytes + (size_t)b * p->col_bytes;
     *d_bits = get_u16(sc + 2 * lane);
     *m_bits = p->dtype == HX_DT_Q4_1 ? get_u16(sc + 32 + 2 * lane) : 0;
     const float d = hx_f16_to_f32(*d_bits);
@@ -246,16 +313,26 @@ static int check_pack(hx_dtype dt, int64_t n_out, int64_t n_in, uint32_t seed)
     hx_wmat w = make_wmat(dt, n_out, n_in, seed);
     hx_packed p, q;
     const size_t bytes = pack_all(&p, &w, 0xA5);
-    const int64_t nb = n_in / 32, n_groups = (n_out + HX_PACK_ROWS - 1) / HX_PACK_ROWS;
-    const size_t sc_entry = dt == HX_DT_Q4_1 ? 64 : 32;
+    const int64_t n_groups = (n_out + HX_PACK_ROWS - 1) / HX_PACK_ROWS;
 
     /* The geometry the decoder relies on. */
     CHECK(p.dtype == dt && p.n_in == n_in && p.n_out == n_out);
     CHECK_EQ(p.n_groups, n_groups);
-    CHECK_EQ(p.code_bytes, dt == HX_DT_Q8_0 ? 512 : 256);
-    CHECK(p.sc_bytes % 64 == 0 && p.sc_bytes >= (size_t)nb * sc_entry &&
-          p.sc_bytes < (size_t)nb * sc_entry + 64);
-    CHECK_EQ(p.group_bytes, p.sc_bytes + (size_t)nb * p.code_bytes);
+    if (is_kquant(dt)) {
+        CHECK_EQ(p.col_n, 256);
+        CHECK_EQ(p.sc_bytes, 0);
+        CHECK_EQ(p.col_bytes, dt == HX_DT_Q4_K ? 2368 : 3392);
+        /* Close to the file's size: 16 rows of a super-block are 2304 or 3360 bytes. */
+        CHECK(p.col_bytes <= 16 * (size_t)hx_dtypes[dt].block_bytes * 105 / 100);
+    } else {
+        const int64_t nb = n_in / 32;
+        const size_t sc_entry = dt == HX_DT_Q4_1 ? 64 : 32;
+        CHECK_EQ(p.col_n, 32);
+        CHECK_EQ(p.col_bytes, dt == HX_DT_Q8_0 ? 512 : 256);
+        CHECK(p.sc_bytes % 64 == 0 && p.sc_bytes >= (size_t)nb * sc_entry &&
+              p.sc_bytes < (size_t)nb * sc_entry + 64);
+    }
+    CHECK_EQ(p.group_bytes, p.sc_bytes + (size_t)(n_in / p.col_n) * p.col_bytes);
     CHECK_EQ(bytes, (size_t)n_groups * p.group_bytes);
 
     /* Every element of every real row dequantizes to the file's bits. */
@@ -304,24 +381,33 @@ static int check_pack(hx_dtype dt, int64_t n_out, int64_t n_in, uint32_t seed)
 
 static int test_packing_keeps_every_value(void)
 {
-    static const int64_t n_outs[] = { 37, 1, 16 }, n_ins[] = { 96, 32 };
+    static const int64_t n_outs[] = { 37, 1, 16 }, n_ins[] = { 96, 32 }, k_ins[] = { 256, 512 };
     uint32_t seed = 10;
     for (size_t k = 0; k < HX_COUNTOF(packed_dtypes); k++)
         for (size_t a = 0; a < HX_COUNTOF(n_outs); a++)
-            for (size_t b = 0; b < HX_COUNTOF(n_ins); b++)
-                if (check_pack(packed_dtypes[k], n_outs[a], n_ins[b], seed++)) return 1;
+            for (size_t b = 0; b < 2; b++) {
+                const hx_dtype dt = packed_dtypes[k];
+                if (check_pack(dt, n_outs[a], is_kquant(dt) ? k_ins[b] : n_ins[b], seed++))
+                    return 1;
+            }
     return 0;
 }
 
-static int test_pack_supported_needs_q4_0_q4_1_q8_0(void)
+static int test_pack_supported_formats_and_lengths(void)
 {
     CHECK(hx_pack_supported(HX_DT_Q4_0, 32));
     CHECK(hx_pack_supported(HX_DT_Q4_1, 96));
     CHECK(hx_pack_supported(HX_DT_Q8_0, 4096));
+    CHECK(hx_pack_supported(HX_DT_Q4_K, 256));
+    CHECK(hx_pack_supported(HX_DT_Q4_K, 8192));
+    CHECK(hx_pack_supported(HX_DT_Q6_K, 2048));
     CHECK(!hx_pack_supported(HX_DT_Q4_0, 48));
     CHECK(!hx_pack_supported(HX_DT_Q8_0, 0));
-    CHECK(!hx_pack_supported(HX_DT_Q4_K, 256));
-    CHECK(!hx_pack_supported(HX_DT_Q6_K, 256));
+    CHECK(!hx_pack_supported(HX_DT_Q4_K, 0));
+    CHECK(!hx_pack_supported(HX_DT_Q4_K, 128));
+    CHECK(!hx_pack_supported(HX_DT_Q6_K, 96));
+    CHECK(!hx_pack_supported(HX_DT_Q6_K, 384));
+    CHECK(!hx_pack_supported(HX_DT_Q5_K, 256));
     CHECK(!hx_pack_supported(HX_DT_F32, 32));
     CHECK(!hx_pack_supported(HX_DT_F16, 32));
     return 0;
@@ -380,20 +466,21 @@ static int test_act_sums_equal_scaled_code_sums(void)
 
 static int test_pmatmul_ref_matches_definition(void)
 {
-    enum { N_OUT = 37, N_IN = 96 };
+    enum { N_OUT = 37 };
     static const int64_t rows[] = { 1, 3, 6 };
-    for (size_t k = 0; k < HX_COUNTOF(packed_dtypes); k++) {
-        const hx_dtype dt = packed_dtypes[k];
-        hx_wmat w = make_wmat(dt, N_OUT, N_IN, 30 + (uint32_t)k);
+    for (size_t k = 0; k < HX_COUNTOF(mat_shapes); k++) {
+        const hx_dtype dt = mat_shapes[k].dt;
+        const int64_t n_in = mat_shapes[k].n_in;
+        hx_wmat w = make_wmat(dt, N_OUT, n_in, 30 + (uint32_t)k);
         hx_packed p;
         pack_all(&p, &w, 0);
         const int64_t ld = ld_for(&p);
-        float *wrows = malloc((size_t)(N_OUT * N_IN) * sizeof(float));
-        for (int64_t o = 0; o < N_OUT; o++) dequant_row(&w, o, wrows + o * N_IN);
+        float *wrows = malloc((size_t)(N_OUT * n_in) * sizeof(float));
+        for (int64_t o = 0; o < N_OUT; o++) dequant_row(&w, o, wrows + o * n_in);
         double worst = 0.0;
         for (size_t ri = 0; ri < HX_COUNTOF(rows); ri++) {
             const int64_t n_rows = rows[ri];
-            acts a = make_acts(n_rows, N_IN, 40 + (uint32_t)ri);
+            acts a = make_acts(n_rows, n_in, 40 + (uint32_t)ri);
             /* All groups and rows; then group 1 alone over rows [1, n_rows) (threads split
              * both ways). */
             const int64_t rng[][4] = { { 0, p.n_groups, 0, n_rows }, { 1, 2, 1, n_rows } };
@@ -414,12 +501,13 @@ static int test_pmatmul_ref_matches_definition(void)
                                 continue;
                             }
                             double mag;
-                            const double e = exact_dot(wrows + o * N_IN, &a, r, two, &mag);
+                            const double e = exact_dot(wrows + o * n_in, &a, r, two, &mag);
                             const double err = fabs((double)g - e);
                             if (!(err <= 1e-5 * mag))
-                                CHECK_FAIL("%s two=%d rows=%lld r=%lld o=%lld: %.9g vs "
-                                           "definition %.9g (|w.x| %.3g)", hx_dtypes[dt].name,
-                                           two, (long long)n_rows, (long long)r, (long long)o,
+                                CHECK_FAIL("%s n_in=%lld two=%d rows=%lld r=%lld o=%lld: %.9g "
+                                           "vs definition %.9g (|w.x| %.3g)",
+                                           hx_dtypes[dt].name, (long long)n_in, two,
+                                           (long long)n_rows, (long long)r, (long long)o,
                                            (double)g, e, mag);
                             if (err / mag > worst) worst = err / mag;
                         }
@@ -427,7 +515,8 @@ static int test_pmatmul_ref_matches_definition(void)
                 }
             free_acts(&a);
         }
-        printf("  %s: max |ref - definition| / sum|w x| = %.2e\n", hx_dtypes[dt].name, worst);
+        printf("  %s n_in=%lld: max |ref - definition| / sum|w x| = %.2e\n",
+               hx_dtypes[dt].name, (long long)n_in, worst);
         free(wrows);
         free(p.data);
         free((void *)w.data);
@@ -452,21 +541,22 @@ static int test_pmatmul_avx512vnni_matches_reference(void)
         printf("skip: this CPU lacks AVX-512 VNNI (hx_pmatmul_avx512vnni not run)\n");
         return 0;
     }
-    enum { N_OUT = 37, N_IN = 96 };
+    enum { N_OUT = 37 };
     static const int64_t rows[] = { 1, 2, 3, 4, 5, 9 };
-    for (size_t k = 0; k < HX_COUNTOF(packed_dtypes); k++) {
-        const hx_dtype dt = packed_dtypes[k];
-        hx_wmat w = make_wmat(dt, N_OUT, N_IN, 50 + (uint32_t)k);
+    for (size_t k = 0; k < HX_COUNTOF(mat_shapes); k++) {
+        const hx_dtype dt = mat_shapes[k].dt;
+        const int64_t n_in = mat_shapes[k].n_in;
+        hx_wmat w = make_wmat(dt, N_OUT, n_in, 50 + (uint32_t)k);
         hx_packed p;
         pack_all(&p, &w, 0);
         const int64_t ld = ld_for(&p);
-        float *wrows = malloc((size_t)(N_OUT * N_IN) * sizeof(float));
-        for (int64_t o = 0; o < N_OUT; o++) dequant_row(&w, o, wrows + o * N_IN);
+        float *wrows = malloc((size_t)(N_OUT * n_in) * sizeof(float));
+        for (int64_t o = 0; o < N_OUT; o++) dequant_row(&w, o, wrows + o * n_in);
         double worst = 0.0;
         int64_t n_cells = 0, n_same_bits = 0;
         for (size_t ri = 0; ri < HX_COUNTOF(rows); ri++) {
             const int64_t n_rows = rows[ri];
-            acts a = make_acts(n_rows, N_IN, 60 + (uint32_t)ri);
+            acts a = make_acts(n_rows, n_in, 60 + (uint32_t)ri);
             /* All groups and rows; group 1 alone; all groups over rows [1, n_rows). */
             const int64_t rng[][4] = {
                 { 0, p.n_groups, 0, n_rows }, { 1, 2, 0, n_rows }, { 0, p.n_groups, 1, n_rows }
@@ -490,12 +580,13 @@ static int test_pmatmul_avx512vnni_matches_reference(void)
                                 continue;
                             }
                             double mag;
-                            exact_dot(wrows + o * N_IN, &a, r, two, &mag);
+                            exact_dot(wrows + o * n_in, &a, r, two, &mag);
                             const double err = fabs((double)g - e);
                             if (!(err <= 1e-6 * mag))
-                                CHECK_FAIL("%s two=%d rows=%lld groups [%lld,%lld) r=%lld o=%lld: "
-                                           "%.9g vs ref %.9g (|w.x| %.3g)", hx_dtypes[dt].name,
-                                           two, (long long)n_rows, (long long)g0, (long long)g1,
+                                CHECK_FAIL("%s n_in=%lld two=%d rows=%lld groups [%lld,%lld) "
+                                           "r=%lld o=%lld: %.9g vs ref %.9g (|w.x| %.3g)",
+                                           hx_dtypes[dt].name, (long long)n_in, two,
+                                           (long long)n_rows, (long long)g0, (long long)g1,
                                            (long long)r, (long long)o, (double)g, (double)e, mag);
                             if (err / mag > worst) worst = err / mag;
                             n_cells++;
@@ -506,8 +597,9 @@ static int test_pmatmul_avx512vnni_matches_reference(void)
                 }
             free_acts(&a);
         }
-        printf("  %s: max |vnni - ref| / sum|w x| = %.2e, %lld of %lld cells bit-identical\n",
-               hx_dtypes[dt].name, worst, (long long)n_same_bits, (long long)n_cells);
+        printf("  %s n_in=%lld: max |vnni - ref| / sum|w x| = %.2e, %lld of %lld cells "
+               "bit-identical\n", hx_dtypes[dt].name, (long long)n_in, worst,
+               (long long)n_same_bits, (long long)n_cells);
         free(wrows);
         free(p.data);
         free((void *)w.data);
@@ -517,6 +609,90 @@ static int test_pmatmul_avx512vnni_matches_reference(void)
     printf("skip: not an x86-64 build (no hx_pmatmul_avx512vnni)\n");
     return 0;
 #endif
+}
+
+/* ---- K-quant integer sums at their bounds ---- */
+
+/* The K-quant sums are exact in int32 (packed.h): drive them to their bounds, every code at its
+ * extreme (Q4_K u = 15 with scale and min 63; Q6_K u - 32 = -32 with scale -128, and u - 32 = 31
+ * with scale 127) against activations of +-127 in both terms (bsum +-2032), and check the
+ * reference against the definition and the VNNI kernel against the reference. An overflow
+ * would miss the definition (and the sanitizer build traps it in the reference). */
+static int test_k_quant_sums_exact_at_their_bounds(void)
+{
+    enum { N_OUT = 16, N_IN = 512, ROWS = 2 };
+    acts a = { .n_rows = ROWS, .n = N_IN };
+    a.f = malloc(sizeof(float)); /* unused; free_acts frees it */
+    a.buf = aligned_alloc(64, hx_act_bytes(ROWS, N_IN));
+    a.buf2 = aligned_alloc(64, hx_act_bytes(ROWS, N_IN));
+    hx_act_init(&a.x, a.buf, ROWS, N_IN);
+    hx_act_init(&a.x2, a.buf2, ROWS, N_IN);
+    for (int64_t r = 0; r < ROWS; r++) { /* row 0 all +127, row 1 all -127, in both terms */
+        const int q = r == 0 ? 127 : -127;
+        for (int64_t i = 0; i < N_IN; i++) a.x.qs[r * N_IN + i] = a.x2.qs[r * N_IN + i] = (int8_t)q;
+        for (int64_t b = 0; b < N_IN / 32; b++) {
+            a.x.d[r * (N_IN / 32) + b] = 0.01f * (float)(b + 1);
+            a.x2.d[r * (N_IN / 32) + b] = 0.01f * (float)(b + 1) / 256.0f;
+        }
+        for (int64_t h = 0; h < N_IN / 16; h++)
+            a.x.bsum[r * (N_IN / 16) + h] = a.x2.bsum[r * (N_IN / 16) + h] = (int16_t)(16 * q);
+    }
+    a.s1 = malloc((size_t)(ROWS * (N_IN / 32)) * sizeof(float));
+    a.s2 = malloc((size_t)(ROWS * (N_IN / 32)) * sizeof(float));
+    hx_packed_act_sums(&a.x, NULL, 0, ROWS, a.s1);
+    hx_packed_act_sums(&a.x, &a.x2, 0, ROWS, a.s2);
+
+    static const hx_dtype kq[] = { HX_DT_Q4_K, HX_DT_Q6_K };
+    for (size_t k = 0; k < HX_COUNTOF(kq); k++) {
+        const hx_dtype dt = kq[k];
+        hx_wmat w = { .dtype = dt, .n_in = N_IN, .n_out = N_OUT };
+        w.row_bytes = hx_dtype_row_bytes(dt, N_IN);
+        unsigned char *wd = malloc(w.row_bytes * N_OUT);
+        for (int64_t o = 0; o < N_OUT; o++)
+            for (int64_t b = 0; b < N_IN / 256; b++) {
+                unsigned char *blk = wd + o * w.row_bytes + b * hx_dtypes[dt].block_bytes;
+                if (dt == HX_DT_Q4_K) { /* every 6-bit scale and min 63, every code 15 */
+                    memset(blk, 0xFF, 144);
+                    put_f16(blk, 0.001f);
+                    put_f16(blk + 2, 0.001f);
+                } else { /* odd rows u = 63, scale 127; even rows u = 0, scale -128 */
+                    memset(blk, o % 2 ? 0xFF : 0x00, 192);
+                    memset(blk + 192, o % 2 ? 0x7F : 0x80, 16);
+                    put_f16(blk + 208, 0.001f);
+                }
+            }
+        w.data = wd;
+        hx_packed p;
+        pack_all(&p, &w, 0);
+        float *wrows = malloc((size_t)(N_OUT * N_IN) * sizeof(float));
+        for (int64_t o = 0; o < N_OUT; o++) dequant_row(&w, o, wrows + o * N_IN);
+        for (int two = 0; two <= 1; two++) {
+            float *ref = run_pmatmul(hx_pmatmul_ref, &p, 0, 1, &a, two, 0, ROWS);
+            hx_pmatmul_fn fn = hx_pmatmul_select(hx_cpu_isa());
+            float *got = fn ? run_pmatmul(fn, &p, 0, 1, &a, two, 0, ROWS) : NULL;
+            for (int64_t r = 0; r < ROWS; r++)
+                for (int64_t o = 0; o < N_OUT; o++) {
+                    double mag;
+                    const double e = exact_dot(wrows + o * N_IN, &a, r, two, &mag);
+                    const float g = ref[r * ld_for(&p) + o];
+                    if (!(fabs((double)g - e) <= 1e-5 * mag))
+                        CHECK_FAIL("%s two=%d r=%lld o=%lld: ref %.9g vs definition %.9g "
+                                   "(|w.x| %.3g)", hx_dtypes[dt].name, two, (long long)r,
+                                   (long long)o, (double)g, e, mag);
+                    if (got && !(fabs((double)got[r * ld_for(&p) + o] - g) <= 1e-6 * mag))
+                        CHECK_FAIL("%s two=%d r=%lld o=%lld: selected %.9g vs ref %.9g",
+                                   hx_dtypes[dt].name, two, (long long)r, (long long)o,
+                                   (double)got[r * ld_for(&p) + o], (double)g);
+                }
+            free(ref);
+            free(got);
+        }
+        free(wrows);
+        free(p.data);
+        free(wd);
+    }
+    free_acts(&a);
+    return 0;
 }
 
 /* ---- selection ---- */
@@ -617,10 +793,11 @@ static int test_two_term_near_f32_and_beats_one_term(void)
 
 static const check_case cases[] = {
     { "packing_keeps_every_value", test_packing_keeps_every_value },
-    { "pack_supported_needs_q4_0_q4_1_q8_0", test_pack_supported_needs_q4_0_q4_1_q8_0 },
+    { "pack_supported_formats_and_lengths", test_pack_supported_formats_and_lengths },
     { "act_sums_equal_scaled_code_sums", test_act_sums_equal_scaled_code_sums },
     { "pmatmul_ref_matches_definition", test_pmatmul_ref_matches_definition },
     { "pmatmul_avx512vnni_matches_reference", test_pmatmul_avx512vnni_matches_reference },
+    { "k_quant_sums_exact_at_their_bounds", test_k_quant_sums_exact_at_their_bounds },
     { "pmatmul_select_needs_vnni", test_pmatmul_select_needs_vnni },
     { "two_term_near_f32_and_beats_one_term", test_two_term_near_f32_and_beats_one_term },
 };
