@@ -179,7 +179,10 @@ static void cpu_embed(hx_backend *be, const hx_tensor *w, const int32_t *ids, in
 }
 
 /* ---- matmul ----
- * Four paths, picked per call; the first two are the default and both are exact to within
+ * Weights the backend repacked at load (packed.h: Q4_0/Q4_1/Q8_0/Q4_K/Q6_K on VNNI CPUs) take
+ * the packed path, two-term int8 activations at every row count (matmul_packed_task below).
+ * Other weights take one of four paths, picked per call; the first two are the default and
+ * both are exact to within
  * 1e-5 of the float64 reference's logits scale (starter model: teacher-forced top-1 agreement
  * with the float64 reference 99.9%, the same as the scalar dequantize-then-dot loop).
  *  - f32 activations, fewer than TWO_TERM_ROWS rows (decode) or no VNNI: each thread takes a
@@ -366,8 +369,8 @@ static void pack_task(void *p, int ith, int nth)
     hx_pack_groups(a->p, a->w, g0, g1);
 }
 
-/* Q4_0/Q4_1/Q8_0 matrices are repacked into 16-row groups where this CPU has the packed kernel
- * (packed.h); every other weight is used as the file has it. The copy replaces the file's
+/* Q4_0/Q4_1/Q8_0/Q4_K/Q6_K matrices are repacked into 16-row groups where this CPU has the
+ * packed kernel (packed.h); every other weight is used as the file has it. The copy replaces the file's
  * bytes for matmul only, so the mapped pages are read once here and then left to the page
  * cache; the embedding lookup keeps reading the file's tensor. */
 static const hx_tensor *cpu_weight(hx_backend *be, const hx_tensor *w, hx_err *err)
