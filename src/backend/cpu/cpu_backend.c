@@ -55,6 +55,18 @@ typedef struct {
 
 static cpu_impl *impl_of(hx_backend *be) { return be->impl; }
 
+/* Element-wise and row-wise ops of fewer than SMALL_OP elements (a decode step's norms, rope,
+ * gate, embedding row) run on the calling thread alone: a few microseconds of work, against a
+ * pool hand-off that every thread must reach, which on a loaded machine can wait for a
+ * descheduled worker. Their results do not depend on the split, so the bits are the same. */
+#define SMALL_OP 16384
+
+static void run_op(cpu_impl *c, hx_task_fn fn, void *args, int64_t n_elems)
+{
+    if (n_elems < SMALL_OP) fn(args, 0, 1);
+    else hx_pool_run(c->pool, fn, args);
+}
+
 /* Gives every thread room for two rows of max_row floats (a dequantized weight row and a
  * dequantized bias, or an attention accumulator). */
 static hx_status cpu_reserve(hx_backend *be, int64_t max_row, int64_t max_tok, hx_err *err)
@@ -175,7 +187,7 @@ static void cpu_embed(hx_backend *be, const hx_tensor *w, const int32_t *ids, in
                       float *out)
 {
     embed_args a = {w, ids, n_tok, out};
-    hx_pool_run(impl_of(be)->pool, embed_task, &a);
+    run_op(impl_of(be), embed_task, &a, n_tok * w->shape[w->n_dims - 1]);
 }
 
 /* ---- matmul ----
@@ -486,7 +498,7 @@ static void cpu_rmsnorm(hx_backend *be, const float *x, const hx_tensor *w, int6
     cpu_impl *c = impl_of(be);
     check_scratch(c, d);
     norm_args a = {x, w, n_rows, d, eps, out, c->scratch};
-    hx_pool_run(c->pool, rmsnorm_task, &a);
+    run_op(c, rmsnorm_task, &a, n_rows * d);
 }
 
 /* ---- rope ---- */
@@ -537,7 +549,7 @@ static void cpu_rope(hx_backend *be, float *x, const int32_t *pos, int64_t n_tok
                      int32_t d_head, const hx_rope *rope)
 {
     rope_args a = {x, pos, n_tok, n_head, d_head, rope};
-    hx_pool_run(impl_of(be)->pool, rope_task, &a);
+    run_op(impl_of(be), rope_task, &a, n_tok * n_head * d_head);
 }
 
 /* ---- KV cache and attention ---- */
@@ -662,7 +674,7 @@ static void swiglu_task(void *p, int ith, int nth)
 static void cpu_swiglu(hx_backend *be, const float *gate, const float *up, int64_t n, float *out)
 {
     swiglu_args a = {impl_of(be)->swiglu, gate, up, n, out};
-    hx_pool_run(impl_of(be)->pool, swiglu_task, &a);
+    run_op(impl_of(be), swiglu_task, &a, n);
 }
 
 static void cpu_gather_rows(hx_backend *be, const float *src, const int32_t *rows, int64_t n,
