@@ -43,6 +43,14 @@ AI __m512i bc4(const int8_t *q)
     return _mm512_set1_epi32(v);
 }
 
+/* Prefetches a block column's worth of bytes PF ahead of col into L2; every tile calls it once
+ * per column. The addresses are integers because they may pass the end of the data. */
+AI void prefetch_col(const unsigned char *col, size_t col_bytes, uintptr_t end)
+{
+    for (uintptr_t a = (uintptr_t)col + PF; a < (uintptr_t)col + PF + col_bytes; a += 64)
+        if (a < end) _mm_prefetch((const char *)a, _MM_HINT_T2);
+}
+
 /* Rows of one tile against one group: acc[t] (lane r = output r of the group). */
 AI void tile(const hx_packed *p, const unsigned char *grp, const int8_t *const q1[RT],
              const int8_t *const q2[RT], const float *const d1[RT], const float *const d2[RT],
@@ -63,8 +71,7 @@ AI void tile(const hx_packed *p, const unsigned char *grp, const int8_t *const q
         }
         const unsigned char *cb = codes + (size_t)b * p->col_bytes;
         const int64_t e = 32 * b;
-        for (uintptr_t a = (uintptr_t)cb + PF; a < (uintptr_t)cb + PF + p->col_bytes; a += 64)
-            if (a < end) _mm_prefetch((const char *)a, _MM_HINT_T2); /* integers: may pass end */
+        prefetch_col(cb, p->col_bytes, end);
         if (fmt == HX_DT_Q8_0) {
             for (int c = 0; c < 8; c++) {
                 const __m512i v = _mm512_load_si512((const void *)(cb + 64 * c));
@@ -127,12 +134,6 @@ AI __m512 u8_ps(const unsigned char *p)
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128((const void *)p)));
 }
 
-/* Prefetches a column's worth of bytes PF ahead of col into L2 (as tile does per column). */
-AI void prefetch_col(const unsigned char *col, size_t col_bytes, uintptr_t end)
-{
-    for (uintptr_t a = (uintptr_t)col + PF; a < (uintptr_t)col + PF + col_bytes; a += 64)
-        if (a < end) _mm_prefetch((const char *)a, _MM_HINT_T2); /* integers: may pass end */
-}
 
 /* Q4_K: chunk c of 8 code zmms holds sub-blocks 2c (low nibbles) and 2c+1 (high nibbles) of
  * every row; per row and term one accumulator for each, 8 vpdpbusd deep. The min term needs no
