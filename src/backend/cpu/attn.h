@@ -35,6 +35,18 @@ typedef struct {
     int32_t         block_tokens;
 } hx_attn_kv;
 
+/* The chunk of keys that starts at position pos (pos <= last): up to HX_ATTN_CHUNK keys, never
+ * past last nor across the end of pos's block. Returns its length and sets *base to the offset,
+ * in elements from kv->k (and kv->v), of its first key. Every variant walks the cache this way. */
+static inline int32_t hx_attn_chunk(const hx_attn_kv *kv, int32_t pos, int32_t last, size_t *base)
+{
+    const int32_t bt = kv->block_tokens, off = pos % bt;
+    int32_t n = bt - off < last + 1 - pos ? bt - off : last + 1 - pos;
+    if (n > HX_ATTN_CHUNK) n = HX_ATTN_CHUNK;
+    *base = (size_t)kv->blocks[pos / bt] * kv->block_stride + (size_t)off * (size_t)kv->row_stride;
+    return n;
+}
+
 /* out[g][i] = sum_j softmax_j(scale * q[g] . k_j) v_j[i] over positions first <= j <= last.
  * q, out: [n_q, d_head] (out is also the running accumulator: it must not overlap q).
  * Requires 1 <= n_q <= HX_ATTN_MAX_Q, first <= last, and d_head a multiple of the variant's

@@ -123,7 +123,7 @@ static void chunk_accumulate(float *og, const float *p, const uint16_t *vc, int3
 void hx_attn_avx2(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
                   int32_t first, int32_t last, float *out)
 {
-    const int32_t d = d_head, rs = kv->row_stride, bt = kv->block_tokens;
+    const int32_t d = d_head, rs = kv->row_stride;
     float m[HX_ATTN_MAX_Q], l[HX_ATTN_MAX_Q];
     for (int32_t g = 0; g < n_q; g++) {
         m[g] = -INFINITY;
@@ -132,10 +132,8 @@ void hx_attn_avx2(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_h
     }
     int32_t n = 0;
     for (int32_t pos = first; pos <= last; pos += n) {
-        const int32_t off = pos % bt;
-        n = bt - off < last + 1 - pos ? bt - off : last + 1 - pos;
-        if (n > HX_ATTN_CHUNK) n = HX_ATTN_CHUNK;
-        const size_t base = (size_t)kv->blocks[pos / bt] * kv->block_stride + (size_t)off * rs;
+        size_t base;
+        n = hx_attn_chunk(kv, pos, last, &base);
         const uint16_t *kc = kv->k + base, *vc = kv->v + base;
         for (int32_t g = 0; g < n_q; g++) {
             float s[HX_ATTN_CHUNK];
