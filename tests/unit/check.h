@@ -7,6 +7,7 @@
 #ifndef HX_CHECK_H
 #define HX_CHECK_H
 #include <inttypes.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,27 @@ typedef struct {
     const char *name;
     int (*fn)(void);
 } check_case;
+
+/* xorshift32: deterministic test data. check_rng_unit is uniform in [0, 1) with 24 bits,
+ * check_rng_range uniform in [lo, hi). */
+static inline uint32_t check_rng(uint32_t *s)
+{
+    uint32_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return *s = x;
+}
+
+static inline float check_rng_unit(uint32_t *s)
+{
+    return (float)(check_rng(s) >> 8) * (1.0f / 16777216.0f);
+}
+
+static inline float check_rng_range(uint32_t *s, float lo, float hi)
+{
+    return lo + (hi - lo) * check_rng_unit(s);
+}
 
 static inline int check_run(const check_case *cases, size_t n, int argc, char **argv)
 {

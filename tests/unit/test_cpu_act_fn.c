@@ -15,28 +15,14 @@
 #include "backend/cpu/act_fn.h"
 #include "base/cpu.h"
 
-static uint32_t rng_next(uint32_t *s)
-{
-    uint32_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    return *s = x;
-}
-
-static float rng_range(uint32_t *s, float lo, float hi)
-{
-    return lo + (hi - lo) * (float)(rng_next(s) >> 8) * (1.0f / 16777216.0f);
-}
-
 static int check_variant(hx_swiglu_fn fn, const char *name)
 {
     enum { N = 1000 };
     static float g[N], u[N], out[N];
     uint32_t seed = 5;
     for (int i = 0; i < N; i++) {
-        g[i] = i % 50 == 0 ? rng_range(&seed, -100, 100) : rng_range(&seed, -12, 12);
-        u[i] = rng_range(&seed, -3, 3);
+        g[i] = i % 50 == 0 ? check_rng_range(&seed, -100, 100) : check_rng_range(&seed, -12, 12);
+        u[i] = check_rng_range(&seed, -3, 3);
     }
     g[1] = 0.0f;
     g[2] = -0.0f;

@@ -31,18 +31,6 @@
 
 /* ---- helpers ---- */
 
-static uint32_t rng_next(uint32_t *s)
-{
-    uint32_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    return *s = x;
-}
-
-static float rng_unit(uint32_t *s) { return (float)(rng_next(s) >> 8) * (1.0f / 16777216.0f); }
-static float rng_range(uint32_t *s, float lo, float hi) { return lo + (hi - lo) * rng_unit(s); }
-
 static void put_f16(void *p, float v)
 {
     const uint16_t h = hx_f32_to_f16(v);
@@ -58,23 +46,23 @@ static hx_wmat make_wmat(hx_dtype dt, int64_t n_out, int64_t n, int gs, hx_dtype
     w.row_bytes = hx_dtype_row_bytes(dt, n);
     unsigned char *p = malloc(w.row_bytes * (size_t)n_out + 64);
     for (size_t i = 0; i < w.row_bytes * (size_t)n_out; i++)
-        p[i] = (unsigned char)(rng_next(&seed) >> 24);
+        p[i] = (unsigned char)(check_rng(&seed) >> 24);
     const int64_t n_blocks = n_out * (n / hx_dtypes[dt].block_n);
     for (int64_t b = 0; b < n_blocks; b++) {
         unsigned char *blk = p + b * hx_dtypes[dt].block_bytes;
         switch (dt) {
-        case HX_DT_F32:  { const float v = rng_range(&seed, -1, 1); memcpy(blk, &v, 4); break; }
-        case HX_DT_F16:  put_f16(blk, rng_range(&seed, -1, 1)); break;
-        case HX_DT_BF16: { const float v = rng_range(&seed, -1, 1); uint32_t u; memcpy(&u, &v, 4);
+        case HX_DT_F32:  { const float v = check_rng_range(&seed, -1, 1); memcpy(blk, &v, 4); break; }
+        case HX_DT_F16:  put_f16(blk, check_rng_range(&seed, -1, 1)); break;
+        case HX_DT_BF16: { const float v = check_rng_range(&seed, -1, 1); uint32_t u; memcpy(&u, &v, 4);
                            const uint16_t h = (uint16_t)(u >> 16); memcpy(blk, &h, 2); break; }
         case HX_DT_Q4_0:
-        case HX_DT_Q8_0: put_f16(blk, rng_range(&seed, 0.001f, 0.02f)); break;
-        case HX_DT_Q4_1: put_f16(blk, rng_range(&seed, 0.001f, 0.02f));
-                         put_f16(blk + 2, rng_range(&seed, -0.1f, 0.1f)); break;
+        case HX_DT_Q8_0: put_f16(blk, check_rng_range(&seed, 0.001f, 0.02f)); break;
+        case HX_DT_Q4_1: put_f16(blk, check_rng_range(&seed, 0.001f, 0.02f));
+                         put_f16(blk + 2, check_rng_range(&seed, -0.1f, 0.1f)); break;
         case HX_DT_Q4_K:
-        case HX_DT_Q5_K: put_f16(blk, rng_range(&seed, 0.0001f, 0.002f));
-                         put_f16(blk + 2, rng_range(&seed, 0.0001f, 0.002f)); break;
-        case HX_DT_Q6_K: put_f16(blk + 208, rng_range(&seed, 0.0001f, 0.002f)); break;
+        case HX_DT_Q5_K: put_f16(blk, check_rng_range(&seed, 0.0001f, 0.002f));
+                         put_f16(blk + 2, check_rng_range(&seed, 0.0001f, 0.002f)); break;
+        case HX_DT_Q6_K: put_f16(blk + 208, check_rng_range(&seed, 0.0001f, 0.002f)); break;
         default: break; /* MLX: any code is valid */
         }
     }
@@ -84,7 +72,7 @@ static hx_wmat make_wmat(hx_dtype dt, int64_t n_out, int64_t n, int gs, hx_dtype
         const size_t es = sb_dt == HX_DT_F32 ? 4 : 2;
         unsigned char *s = malloc((size_t)n_sb * es), *bi = malloc((size_t)n_sb * es);
         for (int64_t g = 0; g < n_sb; g++) {
-            const float vs = rng_range(&seed, 0.001f, 0.02f), vb = rng_range(&seed, -0.1f, 0.1f);
+            const float vs = check_rng_range(&seed, 0.001f, 0.02f), vb = check_rng_range(&seed, -0.1f, 0.1f);
             if (sb_dt == HX_DT_F32) {
                 memcpy(s + 4 * g, &vs, 4);
                 memcpy(bi + 4 * g, &vb, 4);
@@ -129,7 +117,7 @@ static hx_act make_act(int64_t n_rows, int64_t n, uint32_t seed)
     float *f = malloc((size_t)(n_rows * n) * sizeof(float));
     for (int64_t i = 0; i < n_rows * n; i++) {
         const float mag = (i / 32) % 5 == 0 ? 20.0f : 1.0f; /* some blocks 20x larger */
-        f[i] = (i % n) / 32 == 3 ? 0.0f : rng_range(&seed, -mag, mag);
+        f[i] = (i % n) / 32 == 3 ? 0.0f : check_rng_range(&seed, -mag, mag);
     }
     hx_act a;
     void *buf = aligned_alloc(64, hx_act_bytes(n_rows, n));
@@ -215,7 +203,7 @@ static int test_act_quant_variants_equal_reference_bits(void)
     static int16_t s_ref[N / 16], s[N / 16];
     uint32_t seed = 11;
     for (int i = 0; i < N; i++)
-        x[i] = (i / 32) % 7 == 2 ? 0.0f : rng_range(&seed, -3, 3) * (float)(1 + i % 13);
+        x[i] = (i / 32) % 7 == 2 ? 0.0f : check_rng_range(&seed, -3, 3) * (float)(1 + i % 13);
     x[100] = 1e-30f; /* subnormal-scale block */
     hx_act_quant_ref(x, q_ref, d_ref, s_ref, N);
     hx_act_quant_variant v[4];
@@ -246,7 +234,7 @@ static int test_act_quant2_is_exact_residual_and_variant_bits(void)
     static int16_t s1[N / 16], s2[N / 16], s2r[N / 16];
     uint32_t seed = 12;
     for (int i = 0; i < N; i++)
-        x[i] = (i / 32) % 7 == 2 ? 0.0f : rng_range(&seed, -3, 3) * (float)(1 + i % 13);
+        x[i] = (i / 32) % 7 == 2 ? 0.0f : check_rng_range(&seed, -3, 3) * (float)(1 + i % 13);
     x[0] = 127.0f; /* block 0: amax 127, d1 = 1, and x[7] = 2.5 is an exact tie */
     x[7] = 2.5f;
     hx_act_quant_ref(x, q1, d1, s1, N);

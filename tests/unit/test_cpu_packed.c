@@ -63,18 +63,6 @@ static bool is_kquant(hx_dtype dt) { return dt == HX_DT_Q4_K || dt == HX_DT_Q6_K
 
 /* ---- helpers ---- */
 
-static uint32_t rng_next(uint32_t *s)
-{
-    uint32_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    return *s = x;
-}
-
-static float rng_unit(uint32_t *s) { return (float)(rng_next(s) >> 8) * (1.0f / 16777216.0f); }
-static float rng_range(uint32_t *s, float lo, float hi) { return lo + (hi - lo) * rng_unit(s); }
-
 static void put_f16(void *p, float v)
 {
     const uint16_t h = hx_f32_to_f16(v);
@@ -98,18 +86,18 @@ static hx_wmat make_wmat(hx_dtype dt, int64_t n_out, int64_t n, uint32_t seed)
     w.row_bytes = hx_dtype_row_bytes(dt, n);
     unsigned char *p = malloc(w.row_bytes * (size_t)n_out);
     for (size_t i = 0; i < w.row_bytes * (size_t)n_out; i++)
-        p[i] = (unsigned char)(rng_next(&seed) >> 24);
+        p[i] = (unsigned char)(check_rng(&seed) >> 24);
     const int64_t n_blocks = n_out * (n / hx_dtypes[dt].block_n);
     for (int64_t b = 0; b < n_blocks; b++) {
         unsigned char *blk = p + b * hx_dtypes[dt].block_bytes;
         if (dt == HX_DT_Q4_K) { /* d, dmin */
-            put_f16(blk, rng_range(&seed, 0.0001f, 0.002f));
-            put_f16(blk + 2, rng_range(&seed, 0.0001f, 0.002f));
+            put_f16(blk, check_rng_range(&seed, 0.0001f, 0.002f));
+            put_f16(blk + 2, check_rng_range(&seed, 0.0001f, 0.002f));
         } else if (dt == HX_DT_Q6_K) { /* d is the block's last field */
-            put_f16(blk + 208, rng_range(&seed, 0.0001f, 0.002f));
+            put_f16(blk + 208, check_rng_range(&seed, 0.0001f, 0.002f));
         } else {
-            put_f16(blk, rng_range(&seed, 0.001f, 0.02f));
-            if (dt == HX_DT_Q4_1) put_f16(blk + 2, rng_range(&seed, -0.1f, 0.1f));
+            put_f16(blk, check_rng_range(&seed, 0.001f, 0.02f));
+            if (dt == HX_DT_Q4_1) put_f16(blk + 2, check_rng_range(&seed, -0.1f, 0.1f));
         }
     }
     w.data = p;
@@ -243,7 +231,7 @@ static acts make_acts(int64_t n_rows, int64_t n, uint32_t seed)
         for (int64_t i = 0; i < n; i++) {
             const int64_t b = i / 32;
             const float mag = (b + r) % 3 == 0 ? 20.0f : 1.0f;
-            a.f[r * n + i] = (b + r) % 4 == 3 ? 0.0f : rng_range(&seed, -mag, mag);
+            a.f[r * n + i] = (b + r) % 4 == 3 ? 0.0f : check_rng_range(&seed, -mag, mag);
         }
     acts_quantize(&a);
     return a;
@@ -732,11 +720,11 @@ static int test_two_term_near_f32_and_beats_one_term(void)
     acts a = { .n_rows = ROWS, .n = N_IN };
     a.f = malloc((size_t)(ROWS * N_IN) * sizeof(float));
     for (int64_t i = 0; i < ROWS * N_IN; i++) {
-        const float mag = mags[rng_next(&seed) % HX_COUNTOF(mags)];
-        a.f[i] = rng_range(&seed, -mag, mag);
+        const float mag = mags[check_rng(&seed) % HX_COUNTOF(mags)];
+        a.f[i] = check_rng_range(&seed, -mag, mag);
     }
     for (int64_t r = 0; r < ROWS; r++)
-        a.f[r * N_IN + rng_next(&seed) % N_IN] = r % 2 ? -50.0f : 50.0f;
+        a.f[r * N_IN + check_rng(&seed) % N_IN] = r % 2 ? -50.0f : 50.0f;
     acts_quantize(&a);
 
     hx_pmatmul_fn fns[2] = { hx_pmatmul_ref, hx_pmatmul_select(hx_cpu_isa()) };

@@ -21,19 +21,9 @@
 
 /* ---- helpers ---- */
 
-/* xorshift32: deterministic bytes for the tests that need many of them */
-static uint32_t rng_next(uint32_t *s)
-{
-    uint32_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    return *s = x;
-}
-
 static void fill_random(unsigned char *p, size_t n, uint32_t seed)
 {
-    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(rng_next(&seed) >> 24);
+    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(check_rng(&seed) >> 24);
 }
 
 /* Compares n floats bit for bit, printing the first difference. */
