@@ -94,19 +94,16 @@ def tiny(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("name", TINY)
-def test_tiny_model_matches_the_reference(tiny, tmp_path, name):
-    """Llama (F16), MLX 4/8-bit, Qwen2 (biases), Qwen3 (qk-norm), Llama 3 (llama3 rope scaling,
-    run past its original context): teacher-forced top-1 >= 99%, mean KL <= 0.01, and the greedy
-    continuation through the KV cache equal to the reference's."""
+def compare_tiny(model, tokens, tmp_path, name):
+    """Runs hx-logits (teacher-forced, chunks of 40, then 16 greedy tokens) and the reference on
+    one tiny model; returns top-1 agreement, mean KL(reference || hearth), the largest log-prob
+    difference, the widest log-prob span of a row, and whether the greedy tokens are equal."""
     import sys
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import reference
     tool = os.path.join(BUILD, "hx-logits")
     if not os.path.exists(tool):
         pytest.skip(f"{tool} not built")
-    model = str(tiny / name)
-    tokens = np.random.default_rng(5).integers(3, 256, 96).tolist()
     p = subprocess.run([tool, model, str(tmp_path / "l.bin"), "--chunk", "40", "--greedy", "16"],
                        input=json.dumps(tokens), capture_output=True, text=True, check=True)
     ours = log_softmax(np.fromfile(tmp_path / "l.bin", dtype=np.float32)
@@ -115,11 +112,22 @@ def test_tiny_model_matches_the_reference(tiny, tmp_path, name):
     ref = log_softmax(m.forward(tokens))
     agree = float((ours.argmax(-1) == ref.argmax(-1)).mean())
     kl = float((np.exp(ref) * (ref - ours)).sum(-1).mean())
-    greedy = m.greedy(tokens, 16)
-    print(f"{name}: top-1 {agree:.4f}, mean KL {kl:.2e}, max |dlogp| "
-          f"{np.abs(ref - ours).max():.2e}, greedy equal {json.loads(p.stdout) == greedy}")
+    dlogp, span = float(np.abs(ref - ours).max()), float((ref.max(-1) - ref.min(-1)).max())
+    greedy_equal = json.loads(p.stdout) == m.greedy(tokens, 16)
+    print(f"{name}: top-1 {agree:.4f}, mean KL {kl:.2e}, max |dlogp| {dlogp:.2e} of a span of "
+          f"{span:.0f}, greedy equal {greedy_equal}")
+    return agree, kl, dlogp, span, greedy_equal
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_tiny_model_matches_the_reference(tiny, tmp_path, name):
+    """Llama (F16), MLX 4/8-bit, Qwen2 (biases), Qwen3 (qk-norm), Llama 3 (llama3 rope scaling,
+    run past its original context): teacher-forced top-1 >= 99%, mean KL <= 0.01, and the greedy
+    continuation through the KV cache equal to the reference's."""
+    tokens = np.random.default_rng(5).integers(3, 256, 96).tolist()
+    agree, kl, _, _, greedy_equal = compare_tiny(str(tiny / name), tokens, tmp_path, name)
     assert agree >= 0.99 and kl <= 0.01
-    assert json.loads(p.stdout) == greedy
+    assert greedy_equal
 
 
 TINY_GGUF = ["tiny-llama-f16", "tiny-llama-q8_0", "tiny-llama-q4_0", "tiny-llama-q4_1",
@@ -141,28 +149,11 @@ def test_tiny_gguf_model_matches_the_reference(tiny_gguf, tmp_path, name):
     """GGUF files as llama.cpp's converter writes them (Llama Q/K permuted for pairwise RoPE) in
     F16, Q8_0, Q4_0, Q4_1 and Q4_K, against the reference on the gguf package's dequantization:
     teacher-forced top-1 >= 99%, mean KL <= 0.01, greedy continuation equal."""
-    import sys
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import reference
-    tool = os.path.join(BUILD, "hx-logits")
-    if not os.path.exists(tool):
-        pytest.skip(f"{tool} not built")
-    model = str(tiny_gguf / f"{name}.gguf")
     tokens = np.random.default_rng(9).integers(3, 256, 96).tolist()
-    p = subprocess.run([tool, model, str(tmp_path / "l.bin"), "--chunk", "40", "--greedy", "16"],
-                       input=json.dumps(tokens), capture_output=True, text=True, check=True)
-    ours = log_softmax(np.fromfile(tmp_path / "l.bin", dtype=np.float32)
-                       .reshape(len(tokens), -1).astype(np.float64))
-    m = reference.load(model)
-    ref = log_softmax(m.forward(tokens))
-    agree = float((ours.argmax(-1) == ref.argmax(-1)).mean())
-    kl = float((np.exp(ref) * (ref - ours)).sum(-1).mean())
-    greedy = m.greedy(tokens, 16)
-    # Sharp models (the Q4_K ones: log-probs spanning ~200) make the KL ~0 whatever the error;
-    # the largest log-prob difference, against that span, is what shows the arithmetic.
-    dlogp, span = float(np.abs(ref - ours).max()), float((ref.max(-1) - ref.min(-1)).max())
-    print(f"{name}: top-1 {agree:.4f}, mean KL {kl:.2e}, max |dlogp| {dlogp:.2e} of a span of "
-          f"{span:.0f}, greedy equal {json.loads(p.stdout) == greedy}")
+    agree, kl, dlogp, span, greedy_equal = compare_tiny(str(tiny_gguf / f"{name}.gguf"), tokens,
+                                                        tmp_path, name)
     assert agree >= 0.99 and kl <= 0.01
+    # Sharp models (the Q4_K ones: log-probs spanning ~250) make the KL ~0 whatever the error;
+    # the largest log-prob difference, against that span, is what shows the arithmetic.
     assert dlogp <= 5e-4 * span
-    assert json.loads(p.stdout) == greedy
+    assert greedy_equal
