@@ -62,7 +62,8 @@ HX_API const char *hx_version(void);
     S(HX_E_CANCELLED,  -6, "cancelled")                            \
     S(HX_E_NOTFOUND,   -7, "not found")                            \
     S(HX_E_AMBIGUOUS,  -8, "ambiguous name")                       \
-    S(HX_E_UNSUPPORTED,-9, "unsupported")
+    S(HX_E_UNSUPPORTED,-9, "unsupported")                         \
+    S(HX_E_BUSY,      -10, "busy: the request queue is full")
 
 typedef enum {
 #define HX__ENUM(name, value, text) name = value,

@@ -77,10 +77,13 @@ const int32_t *hx_sequence_tokens(const hx_sequence *s, int32_t *n)
     return s->tokens;
 }
 
-/* Runs ids[0..n) at the end of the cache; the logits of the last row land in s->logits. */
-static hx_status feed(hx_sequence *s, const int32_t *ids, int32_t n, hx_err *err)
+/* Runs ids[0..n) at the end of the cache; the logits of the last row land in s->logits.
+ * HX_E_CANCELLED when gp->cancelled says so between two chunks. */
+static hx_status feed(hx_sequence *s, const int32_t *ids, int32_t n, const hx_gen_params *gp,
+                      void *user, hx_err *err)
 {
     for (int32_t done = 0; done < n;) {
+        if (gp->cancelled && gp->cancelled(user)) return HX_E_CANCELLED;
         const int32_t c = n - done < s->m->max_tok ? n - done : (int32_t)s->m->max_tok;
         const int32_t p0 = s->n_tokens;
         hx_status st = hx_kv_table_reserve(s->pool, &s->table, p0 + c, err);
@@ -117,8 +120,9 @@ static size_t pending_stop_prefix(const char *text, size_t n, const hx_gen_param
     return hold;
 }
 
-/* First occurrence of any stop string in text[0..n): its offset, or -1. */
-static long find_stop(const char *text, size_t n, const hx_gen_params *gp)
+/* First occurrence of any stop string in text[0..n): its offset, or -1; *which is the index
+ * of the stop string found. */
+static long find_stop(const char *text, size_t n, const hx_gen_params *gp, int32_t *which)
 {
     long best = -1;
     for (int32_t k = 0; k < gp->n_stop; k++) {
@@ -126,7 +130,7 @@ static long find_stop(const char *text, size_t n, const hx_gen_params *gp)
         if (L == 0 || L > n) continue;
         for (size_t i = 0; i + L <= n; i++)
             if (memcmp(text + i, gp->stop[k], L) == 0) {
-                if (best < 0 || (long)i < best) best = (long)i;
+                if (best < 0 || (long)i < best) best = (long)i, *which = k;
                 break;
             }
     }
@@ -142,6 +146,7 @@ hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
     hx_gen_stats *stt = stats ? stats : &st_;
     memset(stt, 0, sizeof *stt);
     stt->n_prompt = n;
+    stt->stop_index = -1;
     if (n < 1) return hx_err_set(err, HX_E_INVALID, "empty prompt");
     if (n >= s->n_ctx)
         return hx_err_set(err, HX_E_CONTEXT,
@@ -163,7 +168,10 @@ hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
     hx_status st = hx_sampler_init(&gp->sampling, s->m->hp.n_vocab, &smp, err);
     if (st != HX_OK) goto done;
     for (int32_t i = 0; i < n; i++) hx_sampler_accept(smp, prompt[i]);
-    if ((st = feed(s, prompt + keep, n - keep, err)) != HX_OK) goto done;
+    if ((st = feed(s, prompt + keep, n - keep, gp, user, err)) != HX_OK) {
+        if (st == HX_E_CANCELLED) st = HX_OK, stt->finish = HX_FINISH_CANCELLED;
+        goto done;
+    }
     stt->prompt_ms = now_ms() - t0;
 
     const int32_t limit = gp->max_tokens > 0 ? gp->max_tokens : s->n_ctx - n;
@@ -191,7 +199,7 @@ hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
         }
         memcpy(text + text_len, piece, plen);
         text_len += plen;
-        const long at = find_stop(text, text_len, gp);
+        const long at = find_stop(text, text_len, gp, &stt->stop_index);
         if (at >= 0) { /* hand over what precedes the stop string, drop the rest */
             if (at > 0 && cb && !cb(text, (size_t)at, &lp, user)) stt->finish = HX_FINISH_CANCELLED;
             else stt->finish = HX_FINISH_STOP;
@@ -209,7 +217,12 @@ hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
             text_len -= ready;
         }
         if (stt->n_gen >= limit || s->n_tokens + 1 >= s->n_ctx) break;
-        if ((st = feed(s, &tok, 1, err)) != HX_OK) goto done;
+        if ((st = feed(s, &tok, 1, gp, user, err)) != HX_OK) {
+            if (st != HX_E_CANCELLED) goto done;
+            st = HX_OK;
+            stt->finish = HX_FINISH_CANCELLED;
+            break;
+        }
     }
     if (stt->finish != HX_FINISH_CANCELLED && !stopped_by_string) {
         /* The end: what the detokenizer still holds, and text held back for a stop string that
@@ -226,6 +239,12 @@ done:
     hx_detok_free(&dt);
     hx_sampler_free(smp);
     return st;
+}
+
+void hx_sequence_kv_blocks(const hx_sequence *s, int32_t *used, int32_t *total)
+{
+    *used = s->table.n_blocks;
+    *total = s->pool->store.n_blocks;
 }
 
 int32_t hx_sequence_default_ctx(const hx_hparams *hp)

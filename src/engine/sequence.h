@@ -25,6 +25,9 @@ typedef struct {
     const char *const *stop;        /* stop strings (borrowed), matched on the decoded text */
     int32_t            n_stop;
     bool               ignore_eos;
+    /* Polled between prefill chunks and before every decode step with the callback's user
+     * pointer; returning true stops the generation (HX_FINISH_CANCELLED). NULL: never. */
+    bool (*cancelled)(void *user);
 } hx_gen_params;
 
 typedef enum { HX_FINISH_STOP, HX_FINISH_LENGTH, HX_FINISH_CANCELLED } hx_finish;
@@ -37,6 +40,7 @@ typedef struct {
     double    gen_ms;     /* decode time after the first token */
     double    first_ms;   /* from the call to the first token */
     hx_finish finish;
+    int32_t   stop_index; /* finish STOP by a stop string: its index in gp->stop; else -1 */
 } hx_gen_stats;
 
 /* Receives text as it becomes final. lp is the logprob record of the token that completed the
@@ -60,6 +64,9 @@ hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
 
 /* The tokens the cache holds (prompt + generated text of the last call), borrowed. */
 const int32_t *hx_sequence_tokens(const hx_sequence *s, int32_t *n);
+
+/* KV blocks the sequence holds, and the blocks of its pool. */
+void hx_sequence_kv_blocks(const hx_sequence *s, int32_t *used, int32_t *total);
 
 /* Rows per forward step when prefilling (the model's max_tok for sequences). */
 #define HX_SEQUENCE_STEP_TOKENS 256

@@ -1,0 +1,100 @@
+/* executor.h - runs prepared completions on the engine thread, one at a time, in FIFO order.
+ *
+ * DESIGN §2: a protocol adapter turns a request into an hx_completion (prompt tokens, sampling,
+ * stop strings, limits; immutable once submitted, owning its memory), submits it, and reads the
+ * job's semantic events (text as it becomes final, then one DONE carrying the finish reason and
+ * usage). Streaming and non-streaming responses read the same events; only the formatting
+ * differs. The engine thread owns the model's sequence (and so its KV cache, reused by common
+ * prefix across requests); HTTP threads only submit, read events and cancel, talking to it
+ * through a mutex and condition variables.
+ *
+ * Until the batching scheduler lands (issue 6) one completion runs at a time; at most max_queue
+ * more wait, and a submission beyond that is refused with HX_E_BUSY. Cancellation is a flag the
+ * engine checks between prefill chunks and before every decode step, so a cancelled job stops
+ * within one step, and a job cancelled while queued never runs. */
+#ifndef HX_ENGINE_EXECUTOR_H
+#define HX_ENGINE_EXECUTOR_H
+#include <stdbool.h>
+
+#include "base/arena.h"
+#include "engine/sequence.h"
+
+/* A prepared completion. Fill it after hx_completion_new; everything it points to lives in its
+ * arena (or is static), so hx_completion_free releases it all. */
+typedef struct {
+    hx_arena      arena;    /* owns prompt, gp.stop and the strings they point to */
+    int32_t      *prompt;   /* [n_prompt] token ids */
+    int32_t       n_prompt;
+    hx_gen_params gp;       /* sampling, max_tokens (<= 0: until the context is full), stops */
+    bool          logprobs; /* attach the completing token's logprobs to text events */
+} hx_completion;
+
+hx_completion *hx_completion_new(void); /* zeroed, gp.sampling = hx_sampling_default(); NULL: OOM */
+void           hx_completion_free(hx_completion *c); /* accepts NULL */
+
+typedef enum { HX_EVENT_TEXT = 1, HX_EVENT_DONE = 2 } hx_event_kind;
+
+typedef struct {
+    hx_event_kind     kind;
+    char             *text;    /* TEXT: final UTF-8 text, owned by the event (hx_event_clear) */
+    size_t            len;
+    bool              has_lp;  /* TEXT: lp is set (logprobs asked for, and a token completed it) */
+    hx_token_logprobs lp;
+    hx_status         status;  /* DONE: HX_OK, HX_E_CANCELLED, or the failure described in msg */
+    char              msg[512];
+    hx_gen_stats      stats;   /* DONE: token counts (usage), timings, finish reason */
+} hx_event;
+
+void hx_event_clear(hx_event *ev); /* frees ev->text */
+
+typedef struct hx_executor hx_executor;
+typedef struct hx_job      hx_job;
+
+/* Starts the engine thread over a bound model (borrowed; must outlive the executor) with one
+ * sequence of n_ctx positions. */
+hx_status hx_executor_open(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, int32_t max_queue,
+                           hx_executor **out, hx_err *err);
+/* Cancels every job, waits for the engine thread to end, frees. Jobs not yet released stay
+ * valid (they end with HX_E_CANCELLED) until hx_job_release. Accepts NULL. */
+void hx_executor_close(hx_executor *ex);
+
+int32_t hx_executor_n_ctx(const hx_executor *ex); /* positions of the sequence */
+
+/* Queues c (ownership passes to the executor, also on failure). On success *out is the job:
+ * read its events with hx_job_next and release it with hx_job_release. HX_E_BUSY when max_queue
+ * jobs already wait, HX_E_CANCELLED once hx_executor_shutdown was called. */
+hx_status hx_executor_submit(hx_executor *ex, hx_completion *c, hx_job **out, hx_err *err);
+
+/* Stops taking jobs and cancels every queued and running one (their DONE events follow).
+ * For a clean shutdown: call it, let the HTTP side drain, then close. */
+void hx_executor_shutdown(hx_executor *ex);
+
+/* Waits up to timeout_ms (< 0: forever) for the job's next event. true: *ev holds it (release
+ * with hx_event_clear); false: none arrived in time, or DONE was already read. Events arrive in
+ * order, and DONE is always the last. One reader per job. */
+bool hx_job_next(hx_job *j, hx_event *ev, int timeout_ms);
+
+/* Asks the engine to stop the job (idempotent, any thread): a queued job never runs, a running
+ * one stops before its next step. Its DONE event says HX_E_CANCELLED. */
+void hx_job_cancel(hx_job *j);
+
+/* The reader is done with the job: cancels it if it has not finished, and frees it once the
+ * engine is done with it too. j is invalid afterwards. Accepts NULL. */
+void hx_job_release(hx_job *j);
+
+typedef struct {
+    int64_t n_served;        /* jobs finished, whatever the reason */
+    int32_t n_active;        /* jobs running now (0 or 1 until batching) */
+    int32_t n_queued;        /* jobs waiting */
+    int64_t n_prompt_tokens; /* prompt tokens of finished jobs */
+    int64_t n_cached_tokens; /* of which came from the KV cache */
+    int64_t n_gen_tokens;    /* tokens generated */
+    double  prompt_ms;       /* total prefill time */
+    double  gen_ms;          /* total decode time (after each job's first token) */
+    int64_t n_gen_timed;     /* tokens generated inside gen_ms (each job's first excluded) */
+    int32_t kv_blocks_used, kv_blocks_total;
+} hx_executor_stats;
+
+void hx_executor_stats_get(hx_executor *ex, hx_executor_stats *out); /* a consistent snapshot */
+
+#endif
