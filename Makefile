@@ -25,11 +25,12 @@ build: deps
 starter-model:
 	@scripts/starter-model.sh
 
-# Until the server lands (issue 5) `make run` prepares everything, describes the starter model and
-# starts a chat with it.
+# `make run` prepares everything, then serves the starter model: the OpenAI/Anthropic API and the
+# chat page on http://127.0.0.1:8080 (HOST= and PORT= override; Ctrl-C stops it).
+HOST ?= 127.0.0.1
+PORT ?= 8080
 run: build starter-model
-	$(BUILD)/hearth inspect smollm2
-	$(BUILD)/hearth chat smollm2
+	$(BUILD)/hearth serve SmolLM2-135M-Instruct.Q4_1 --host $(HOST) --port $(PORT)
 
 test-deps: deps
 	@scripts/test-deps.sh

@@ -10,6 +10,7 @@ int hx_cmd_ls(int argc, char **argv);
 int hx_cmd_tokenize(int argc, char **argv);   /* cmd_tokenize.c */
 int hx_cmd_detokenize(int argc, char **argv); /* cmd_tokenize.c */
 int hx_cmd_template(int argc, char **argv);   /* cmd_template.c */
+int hx_cmd_serve(int argc, char **argv);      /* cmd_serve.c */
 
 /* Formats a count the way people read it ("134.5M", "1.24B") and bytes ("95.3 MiB"). */
 void hx_cli_fmt_count(double n, char *buf, unsigned len);

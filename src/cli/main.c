@@ -13,6 +13,7 @@ typedef struct {
 } verb;
 
 static const verb verbs[] = {
+    {"serve",   hx_cmd_serve,   "[MODEL]: the OpenAI/Anthropic API and chat page on 127.0.0.1:8080"},
     {"run",     hx_cmd_run,     "MODEL \"PROMPT\": generate a reply (chat template applied; --raw skips it)"},
     {"chat",    hx_cmd_chat,    "MODEL: interactive multi-turn chat"},
     {"inspect", hx_cmd_inspect, "describe a model: architecture, sizes, tensors (--tensors, --json)"},
@@ -24,7 +25,7 @@ static const verb verbs[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: hearth VERB [ARGS]\n\nverbs:\n");
+    fprintf(f, "usage: hearth VERB [ARGS]   (no verb: serve the starter model)\n\nverbs:\n");
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
         fprintf(f, "  %-11s %s\n", verbs[i].name, verbs[i].summary);
     fprintf(f, "\nMODEL is a path (.gguf file or safetensors folder), a Hugging Face repo id in the\n"
@@ -50,10 +51,7 @@ void hx_cli_fmt_bytes(double n, char *buf, unsigned len)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        usage(stderr);
-        return 2;
-    }
+    if (argc < 2) return hx_cmd_serve(0, argv + 1); /* bare `hearth`: serve the starter model */
     const char *v = argv[1];
     if (strcmp(v, "--version") == 0 || strcmp(v, "version") == 0) {
         char isa[128];

@@ -164,6 +164,7 @@ static void run_job(hx_executor *ex, hx_job *j)
     s->prompt_ms += gs.prompt_ms;
     s->gen_ms += gs.gen_ms;
     s->n_gen_timed += gs.n_gen > 1 ? gs.n_gen - 1 : 0;
+    s->last = gs;
     s->kv_blocks_used = used;
     s->kv_blocks_total = total;
     job_unref(j);

@@ -93,6 +93,7 @@ typedef struct {
     double  gen_ms;          /* total decode time (after each job's first token) */
     int64_t n_gen_timed;     /* tokens generated inside gen_ms (each job's first excluded) */
     int32_t kv_blocks_used, kv_blocks_total;
+    hx_gen_stats last;       /* the most recently finished job's (for server-overhead figures) */
 } hx_executor_stats;
 
 void hx_executor_stats_get(hx_executor *ex, hx_executor_stats *out); /* a consistent snapshot */

@@ -1,0 +1,89 @@
+/* cmd_serve.c - `hearth serve MODEL`: parses the flags into hx_serve_options and runs the
+ * server (serve/serve.h). Bare `hearth` serves the starter model the same way. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "serve/serve.h"
+
+/* The starter model `make run` installs into $HEARTH_HOME/models. */
+#define STARTER_MODEL "SmolLM2-135M-Instruct.Q4_1"
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: hearth serve [MODEL] [options]   (MODEL defaults to the starter model, %s)\n"
+            "  --host H          address to listen on (default 127.0.0.1; 0.0.0.0 for all)\n"
+            "  --port P          port (default 8080; 0 picks a free one)\n"
+            "  --api-key K       require `Authorization: Bearer K` (or x-api-key) on /v1 routes\n"
+            "  --max-body BYTES  request body limit (default 16777216)\n"
+            "  --max-queue N     requests allowed to wait (default 64; beyond: 503)\n"
+            "  --timeout S       idle connection timeout in seconds (default 60)\n"
+            "  --ctx N           context positions (default: the model's, at most 8192)\n"
+            "  --max-tokens N    reply limit when a request sets none (default 512)\n"
+            "  --threads N       CPU threads (default: physical cores)\n"
+            "  --temp T --top-k K --top-p P --min-p P --seed S\n"
+            "                    sampling defaults for requests (over the model's own)\n"
+            "  --int8            faster, less exact int8 activations (see hearth run --help)\n"
+            "  --quiet           no per-request log lines\n",
+            STARTER_MODEL);
+}
+
+/* Reads a whole-number flag value in [lo, hi]; false (after a message) when it is not one. */
+static bool int_arg(const char *flag, const char *v, long long lo, long long hi, long long *out)
+{
+    char *end;
+    const long long x = strtoll(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || x < lo || x > hi) {
+        fprintf(stderr, "hearth serve: %s wants a whole number from %lld to %lld, got '%s'\n",
+                flag, lo, hi, v);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+int hx_cmd_serve(int argc, char **argv)
+{
+    hx_serve_options o = hx_serve_options_default();
+    o.model = STARTER_MODEL;
+    long long x;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage();
+            return 0;
+        }
+        if (strcmp(a, "--quiet") == 0) { o.quiet = true; continue; }
+        if (strcmp(a, "--int8") == 0) { o.int8 = true; continue; }
+        if (a[0] != '-') { o.model = a; continue; }
+        if (!v) {
+            fprintf(stderr, "hearth serve: %s needs a value\n\n", a);
+            usage();
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--host") == 0) o.host = v;
+        else if (strcmp(a, "--api-key") == 0) o.api_key = v;
+        else if (strcmp(a, "--port") == 0) { if (!int_arg(a, v, 0, 65535, &x)) return 2; o.port = (int)x; }
+        else if (strcmp(a, "--max-body") == 0) { if (!int_arg(a, v, 1, 1LL << 40, &x)) return 2; o.max_body = (size_t)x; }
+        else if (strcmp(a, "--max-queue") == 0) { if (!int_arg(a, v, 0, 1 << 20, &x)) return 2; o.max_queue = (int)x; }
+        else if (strcmp(a, "--timeout") == 0) { if (!int_arg(a, v, 1, 86400, &x)) return 2; o.timeout_s = (int)x; }
+        else if (strcmp(a, "--ctx") == 0) { if (!int_arg(a, v, 0, 1 << 24, &x)) return 2; o.n_ctx = (int32_t)x; }
+        else if (strcmp(a, "--max-tokens") == 0) { if (!int_arg(a, v, 1, 1 << 24, &x)) return 2; o.max_tokens = (int32_t)x; }
+        else if (strcmp(a, "--threads") == 0) { if (!int_arg(a, v, 0, 1024, &x)) return 2; o.n_threads = (int)x; }
+        else if (strcmp(a, "--top-k") == 0) { if (!int_arg(a, v, 0, 1 << 24, &x)) return 2; o.top_k = (int32_t)x, o.top_k_set = true; }
+        else if (strcmp(a, "--seed") == 0) { if (!int_arg(a, v, 0, INT64_MAX, &x)) return 2; o.seed = (uint64_t)x, o.seed_set = true; }
+        else if (strcmp(a, "--temp") == 0) o.temp = strtof(v, NULL), o.temp_set = true;
+        else if (strcmp(a, "--top-p") == 0) o.top_p = strtof(v, NULL), o.top_p_set = true;
+        else if (strcmp(a, "--min-p") == 0) o.min_p = strtof(v, NULL), o.min_p_set = true;
+        else {
+            fprintf(stderr, "hearth serve: unknown option %s\n\n", a);
+            usage();
+            return 2;
+        }
+    }
+    return hx_serve_run(&o);
+}

@@ -1,0 +1,146 @@
+/* routes.c - the operations routes and the chat page: /health, /stats, /metrics and /.
+ *
+ * /stats (JSON) and /metrics (Prometheus text) report the same figures, read from one executor
+ * snapshot: requests served/active/queued, tokens in and out, average prompt and decode speed,
+ * KV blocks, and the process's memory. */
+#define _POSIX_C_SOURCE 200809L
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "serve/serve_int.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Resident and peak resident bytes of this process, from /proc/self/status (0 where unknown). */
+static void memory_bytes(int64_t *rss, int64_t *peak)
+{
+    *rss = *peak = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return;
+    char line[256];
+    long long kib;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "VmRSS: %lld kB", &kib) == 1) *rss = kib * 1024;
+        else if (sscanf(line, "VmHWM: %lld kB", &kib) == 1) *peak = kib * 1024;
+    }
+    fclose(f);
+}
+
+typedef struct {
+    hx_executor_stats ex;
+    double            uptime_s, prompt_tok_s, decode_tok_s;
+    int64_t           rss, peak_rss;
+} figures;
+
+static figures gather(hx_server *s)
+{
+    figures f;
+    hx_executor_stats_get(s->ex, &f.ex);
+    f.uptime_s = (now_ms() - s->t_start_ms) / 1e3;
+    const int64_t n_prefilled = f.ex.n_prompt_tokens - f.ex.n_cached_tokens;
+    f.prompt_tok_s = f.ex.prompt_ms > 0 ? (double)n_prefilled / f.ex.prompt_ms * 1e3 : 0;
+    f.decode_tok_s = f.ex.gen_ms > 0 ? (double)f.ex.n_gen_timed / f.ex.gen_ms * 1e3 : 0;
+    memory_bytes(&f.rss, &f.peak_rss);
+    return f;
+}
+
+/* Hands a JSON value (taken) to the response as its body. */
+static void reply_json(hx_http_resp *resp, int status, json_t *v)
+{
+    char *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
+    json_decref(v);
+    resp->status = text ? status : 500;
+    resp->body = text ? hx_strdup(text) : NULL; /* the http layer frees with hx_free */
+    resp->body_len = resp->body ? strlen(resp->body) : 0;
+    free(text);
+}
+
+void hx_route_health(void *ctx, hx_http_req *req, hx_http_resp *resp)
+{
+    (void)ctx, (void)req;
+    reply_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+void hx_route_stats(void *ctx, hx_http_req *req, hx_http_resp *resp)
+{
+    (void)req;
+    hx_server *s = ctx;
+    const figures f = gather(s);
+    const hx_executor_stats *e = &f.ex;
+    reply_json(resp, 200,
+               json_pack("{s:s, s:f, s:i, s:{s:I, s:i, s:i}, s:{s:I, s:I, s:I}, s:f, s:f,"
+                         " s:{s:i, s:i, s:i}, s:{s:I, s:I}, s:{s:i, s:i, s:i, s:f, s:f, s:f}}",
+                         "model", s->model_id, "uptime_s", f.uptime_s, "n_ctx", (int)s->n_ctx,
+                         "requests", "served", (json_int_t)e->n_served, "active", (int)e->n_active,
+                         "queued", (int)e->n_queued,
+                         "tokens", "in", (json_int_t)e->n_prompt_tokens,
+                         "cached", (json_int_t)e->n_cached_tokens, "out", (json_int_t)e->n_gen_tokens,
+                         "prompt_tok_s", f.prompt_tok_s, "decode_tok_s", f.decode_tok_s,
+                         "kv_blocks", "used", (int)e->kv_blocks_used,
+                         "free", (int)(e->kv_blocks_total - e->kv_blocks_used),
+                         "total", (int)e->kv_blocks_total,
+                         "memory", "rss_bytes", (json_int_t)f.rss, "peak_rss_bytes",
+                         (json_int_t)f.peak_rss,
+                         "last_request", "prompt_tokens", (int)e->last.n_prompt, "cached_tokens",
+                         (int)e->last.n_cached, "generated_tokens", (int)e->last.n_gen,
+                         "prompt_ms", e->last.prompt_ms, "first_token_ms", e->last.first_ms,
+                         "decode_ms", e->last.gen_ms));
+}
+
+void hx_route_metrics(void *ctx, hx_http_req *req, hx_http_resp *resp)
+{
+    (void)req;
+    hx_server *s = ctx;
+    const figures f = gather(s);
+    const hx_executor_stats *e = &f.ex;
+    const struct {
+        const char *name, *type, *help;
+        double      value;
+    } m[] = {
+        {"hearth_uptime_seconds", "gauge", "Seconds since the server started", f.uptime_s},
+        {"hearth_requests_served_total", "counter", "Completions finished", (double)e->n_served},
+        {"hearth_requests_active", "gauge", "Completions running", e->n_active},
+        {"hearth_requests_queued", "gauge", "Completions waiting", e->n_queued},
+        {"hearth_prompt_tokens_total", "counter", "Prompt tokens of finished completions",
+         (double)e->n_prompt_tokens},
+        {"hearth_cached_tokens_total", "counter", "Prompt tokens served from the KV cache",
+         (double)e->n_cached_tokens},
+        {"hearth_generated_tokens_total", "counter", "Tokens generated", (double)e->n_gen_tokens},
+        {"hearth_prompt_tokens_per_second", "gauge", "Average prefill speed", f.prompt_tok_s},
+        {"hearth_decode_tokens_per_second", "gauge", "Average decode speed", f.decode_tok_s},
+        {"hearth_kv_blocks_used", "gauge", "KV cache blocks in use", e->kv_blocks_used},
+        {"hearth_kv_blocks_free", "gauge", "KV cache blocks free",
+         e->kv_blocks_total - e->kv_blocks_used},
+        {"hearth_memory_rss_bytes", "gauge", "Resident memory of the process", (double)f.rss},
+        {"hearth_memory_peak_rss_bytes", "gauge", "Peak resident memory", (double)f.peak_rss},
+    };
+    hx_http_buf b = {0};
+    bool ok = true;
+    for (size_t i = 0; i < HX_COUNTOF(m); i++)
+        ok = ok && hx_http_buf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", m[i].name,
+                                      m[i].help, m[i].name, m[i].type, m[i].name, m[i].value);
+    resp->status = ok ? 200 : 500;
+    resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
+    resp->body = b.data;
+    resp->body_len = b.len;
+}
+
+void hx_route_page(void *ctx, hx_http_req *req, hx_http_resp *resp)
+{
+    (void)ctx, (void)req;
+    resp->body = hx_alloc(hx_web_index_html_len);
+    resp->status = resp->body ? 200 : 500;
+    if (!resp->body) return;
+    memcpy(resp->body, hx_web_index_html, hx_web_index_html_len);
+    resp->body_len = hx_web_index_html_len;
+    resp->content_type = "text/html; charset=utf-8";
+}

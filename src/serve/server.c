@@ -1,0 +1,170 @@
+/* server.c - `hearth serve`: loads the model, starts the engine and the HTTP layer, waits for
+ * SIGINT or SIGTERM, and takes everything down in order.
+ *
+ * Start-up order matters for signals: SIGINT and SIGTERM are blocked before any thread starts
+ * (the backend's pool, the engine, libmicrohttpd's), so every thread inherits the mask and only
+ * the main thread, in sigwait, ever sees them. Shutdown: stop accepting connections, cancel
+ * every queued and running completion (streams end with their finish reason), close the HTTP
+ * layer (joins the connection threads), then the engine, then the model. */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "base/alloc.h"
+#include "format/discover.h"
+#include "serve/adapter.h"
+#include "serve/serve_int.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+hx_serve_options hx_serve_options_default(void)
+{
+    return (hx_serve_options){.host = "127.0.0.1", .port = 8080, .max_body = 16u << 20,
+                              .max_queue = 64, .timeout_s = 60, .max_tokens = 512};
+}
+
+/* Every route of the server (STYLE 55). /v1 routes need the API key when one is set; the page,
+ * health and statistics stay open so a browser and a load balancer can reach them. The
+ * un-prefixed aliases are the ones llama-server also answers. */
+static const hx_http_route routes[] = {
+    {"GET",  "/",                          hx_route_page,             false},
+    {"GET",  "/index.html",                hx_route_page,             false},
+    {"GET",  "/health",                    hx_route_health,           false},
+    {"GET",  "/stats",                     hx_route_stats,            false},
+    {"GET",  "/metrics",                   hx_route_metrics,          false},
+    {"GET",  "/v1/models",                 hx_openai_models,          true},
+    {"GET",  "/v1/models/*",               hx_openai_model,           true},
+    {"POST", "/v1/chat/completions",       hx_openai_chat,            true},
+    {"POST", "/v1/completions",            hx_openai_completions,     true},
+    {"POST", "/v1/messages",               hx_anthropic_messages,     true},
+    {"POST", "/v1/messages/count_tokens",  hx_anthropic_count_tokens, true},
+    {"GET",  "/models",                    hx_openai_models,          true},
+    {"POST", "/chat/completions",          hx_openai_chat,            true},
+    {"POST", "/completions",               hx_openai_completions,     true},
+};
+
+/* The model's id in the API: the file name without .gguf, or the folder's name (for a Hugging
+ * Face snapshot folder, the repo's name rather than the commit hash). */
+static void model_id(const char *path, char *out, size_t cap)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/') buf[--n] = '\0';
+    const char *hub = strstr(buf, "/models--");
+    if (hub && strstr(hub, "/snapshots/")) {
+        const char *name = hub + strlen("/models--");
+        const char *end = strstr(name, "/snapshots/");
+        snprintf(out, cap, "%.*s", (int)(end - name), name);
+        for (char *p = strstr(out, "--"); p; p = strstr(p, "--")) {
+            *p = '/';
+            memmove(p + 1, p + 2, strlen(p + 2) + 1);
+        }
+        return;
+    }
+    const char *base = strrchr(buf, '/');
+    base = base ? base + 1 : buf;
+    snprintf(out, cap, "%s", base);
+    n = strlen(out);
+    if (n > 5 && strcmp(out + n - 5, ".gguf") == 0) out[n - 5] = '\0';
+}
+
+typedef struct {
+    hx_backend *be;
+    hx_llm     *llm;
+} engine_parts;
+
+static void server_free(hx_server *s, engine_parts *e)
+{
+    hx_executor_close(s->ex);
+    hx_llm_close(e->llm);
+    if (e->be) e->be->destroy(e->be);
+    hx_template_free(s->tpl);
+    hx_tokenizer_close(s->tok);
+    hx_model_files_close(s->mf);
+}
+
+static hx_status server_load(hx_server *s, engine_parts *e, hx_err *err)
+{
+    const hx_serve_options *o = &s->opts;
+    char *path = NULL;
+    hx_status st = hx_discover_resolve(o->model, &path, err);
+    if (st == HX_OK) st = hx_model_files_open(path, &s->mf, err);
+    if (st == HX_OK) model_id(path, s->model_id, sizeof s->model_id);
+    hx_free(path);
+    if (st == HX_OK) st = hx_tokenizer_open(s->mf, &s->tok, err);
+    if (st == HX_OK && s->mf->chat_template)
+        st = hx_template_compile(s->mf->chat_template, strlen(s->mf->chat_template), &s->tpl, err);
+    if (st == HX_OK)
+        st = hx_cpu_backend_create(o->n_threads, o->int8 ? HX_CPU_INT8_ACT : 0, &e->be, err);
+    if (st == HX_OK) st = hx_llm_open(s->mf, e->be, HX_SEQUENCE_STEP_TOKENS, &e->llm, err);
+    if (st != HX_OK) return st;
+    s->n_ctx = o->n_ctx > 0 ? o->n_ctx : hx_sequence_default_ctx(&s->mf->hp);
+    if ((st = hx_executor_open(e->llm, s->tok, s->n_ctx, o->max_queue, &s->ex, err)) != HX_OK)
+        return st;
+    s->created = (int64_t)time(NULL);
+    s->max_tokens = o->max_tokens > 0 ? o->max_tokens : 512;
+    hx_sampling *p = &s->sampling;
+    *p = hx_model_sampling_defaults(s->mf);
+    if (o->temp_set) p->temperature = o->temp;
+    if (o->top_k_set) p->top_k = o->top_k;
+    if (o->top_p_set) p->top_p = o->top_p;
+    if (o->min_p_set) p->min_p = o->min_p;
+    if (o->seed_set) p->seed = o->seed;
+    return HX_OK;
+}
+
+int hx_serve_run(const hx_serve_options *o)
+{
+    hx_server s = {.opts = *o, .t_start_ms = now_ms()};
+    engine_parts e = {0};
+    hx_err err = {0};
+    hx_http *http = NULL;
+
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error return, not a signal */
+
+    hx_status st = server_load(&s, &e, &err);
+    if (st == HX_OK) {
+        const hx_http_config cfg = {
+            .host = o->host ? o->host : "127.0.0.1", .port = o->port, .max_body = o->max_body,
+            .timeout_s = o->timeout_s, .max_connections = 1024, .api_key = o->api_key,
+            .routes = routes, .n_routes = (int)HX_COUNTOF(routes), .error = hx_serve_http_error,
+            .ctx = &s, .log = !o->quiet};
+        st = hx_http_open(&cfg, &http, &err);
+    }
+    if (st != HX_OK) {
+        fprintf(stderr, "hearth serve: %s\n", err.msg);
+        server_free(&s, &e);
+        return 1;
+    }
+    const char *host = o->host ? o->host : "127.0.0.1";
+    const bool v6 = strchr(host, ':') != NULL;
+    printf("hearth serve: %s (context %d, %s) ready in %.0f ms\n", s.model_id, s.n_ctx,
+           s.tpl ? "chat template" : "no chat template", now_ms() - s.t_start_ms);
+    printf("chat page and API at http://%s%s%s:%d/\n", v6 ? "[" : "",
+           strcmp(host, "0.0.0.0") == 0 ? "127.0.0.1" : host, v6 ? "]" : "", hx_http_port(http));
+    fflush(stdout);
+
+    int sig = 0;
+    sigwait(&stop, &sig);
+    fprintf(stderr, "hearth serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    hx_http_quiesce(http);
+    hx_executor_shutdown(s.ex);
+    hx_http_drain(http, 5000); /* cancelled streams still send their ending and [DONE] */
+    hx_http_close(http);
+    server_free(&s, &e);
+    return 0;
+}

@@ -1,0 +1,92 @@
+"""A running `hearth serve` for the server tests: start it on a free port, wait until /health
+answers 200, stop it with SIGTERM and check that it exits cleanly.
+
+    with Server("smollm2", "--api-key", "k") as s:
+        requests_to(s.url + "/v1/models")
+
+The server prints a line holding its URL (http://HOST:PORT/) on stdout once it listens; its
+stderr (the request log) is kept in s.log() for assertions."""
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+from conftest import HEARTH
+
+
+class Server:
+    def __init__(self, model="smollm2", *args, env=None, ready_timeout=60):
+        self.argv = [HEARTH, "serve", model, "--port", "0", *args]
+        self.env = dict(os.environ)
+        self.env.update(env or {})
+        self.ready_timeout = ready_timeout
+        self.proc = None
+        self.url = None
+        self.returncode = None
+
+    def start(self):
+        if not os.path.exists(HEARTH):
+            pytest.skip(f"hearth binary not built at {HEARTH}")
+        self._err = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=self._err,
+                                     text=True, env=self.env)
+        deadline = time.monotonic() + self.ready_timeout
+        while self.url is None:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise AssertionError(f"hearth serve exited ({self.proc.wait()}): {self.log()}")
+            m = re.search(r"(http://[^\s/]+:\d+)/", line)
+            if m:
+                self.url = m.group(1)
+            if time.monotonic() > deadline:
+                raise AssertionError("hearth serve printed no URL in time: " + self.log())
+        while True:
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise AssertionError("hearth serve never became healthy: " + self.log())
+            time.sleep(0.05)
+        return self
+
+    @property
+    def port(self):
+        return int(self.url.rsplit(":", 1)[1])
+
+    def log(self):
+        self._err.seek(0)
+        return self._err.read()
+
+    def rss_kib(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        """Sends sig and waits; returns the exit status."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.returncode = self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"hearth serve did not stop within {timeout}s of {sig}")
+        elif self.proc:
+            self.returncode = self.proc.returncode
+        return self.returncode
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        rc = self.stop()
+        if exc[0] is None:
+            assert rc == 0, f"hearth serve exited with {rc}: {self.log()[-2000:]}"
