@@ -588,8 +588,11 @@ static void run_collect(hx_exchange *x, hx_http_resp *resp)
         if (oom)
             hx_serve_error(x->wire->api, HX_E_NOMEM, "out of memory while collecting the reply",
                            NULL, resp);
-        else if (ev.status == HX_OK || ev.status == HX_E_CANCELLED)
+        else if (ev.status == HX_OK)
             hx_json_reply(x->wire->api, 200, x->wire->body(x, &ev), resp);
+        else if (ev.status == HX_E_CANCELLED) /* the client left (nobody reads this) or shutdown */
+            hx_serve_error(x->wire->api, HX_E_CANCELLED,
+                           "the server is shutting down: the request was cancelled", NULL, resp);
         else
             hx_serve_error(x->wire->api, ev.status, ev.msg, NULL, resp);
         hx_event_clear(&ev);

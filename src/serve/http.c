@@ -188,6 +188,23 @@ static double ms_since(const struct timespec *t0)
     return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
 }
 
+/* Copies src into dst (cap bytes, NUL-terminated, cut if longer) with every byte outside
+ * printable ASCII, and the backslash, written as \xHH. */
+static void log_escape(const char *src, char *dst, size_t cap)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)src; *p && o + 5 < cap; p++) {
+        if (*p >= 0x20 && *p < 0x7f && *p != '\\') {
+            dst[o++] = (char)*p;
+        } else {
+            dst[o++] = '\\', dst[o++] = 'x';
+            dst[o++] = hex[*p >> 4], dst[o++] = hex[*p & 15];
+        }
+    }
+    dst[o] = '\0';
+}
+
 /* Drops one reference; the last one ends the stream (exactly once, since only one caller can
  * take refs to zero), prints the log line and frees. */
 static void req_release(hx_http_req *r)
@@ -198,8 +215,12 @@ static void req_release(hx_http_req *r)
         r->stream_free(r->stream_state, completed);
     }
     if (r->http->cfg->log && r->status != 0) {
-        /* One fprintf per line, so lines of concurrent requests do not interleave. */
-        fprintf(stderr, "%s %s %d in=%" PRId64 " out=%" PRId64 " %.1fms\n", r->method, r->path,
+        /* One fprintf per line, so lines of concurrent requests do not interleave. Method and
+         * path come from the client: escaped, they cannot forge a line or drive the terminal. */
+        char method[64], path[1024];
+        log_escape(r->method, method, sizeof method);
+        log_escape(r->path, path, sizeof path);
+        fprintf(stderr, "%s %s %d in=%" PRId64 " out=%" PRId64 " %.1fms\n", method, path,
                 r->status, (int64_t)atomic_load_explicit(&r->n_tok_in, memory_order_relaxed),
                 (int64_t)atomic_load_explicit(&r->n_tok_out, memory_order_relaxed),
                 ms_since(&r->t0));

@@ -32,7 +32,7 @@ class Server:
     def start(self):
         if not os.path.exists(HEARTH):
             pytest.skip(f"hearth binary not built at {HEARTH}")
-        self._err = tempfile.TemporaryFile(mode="w+")
+        self._err = tempfile.TemporaryFile(mode="w+", errors="replace")
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=self._err,
                                      text=True, env=self.env)
         deadline = time.monotonic() + self.ready_timeout
