@@ -65,10 +65,12 @@ parity: build starter-model test-deps
 
 # The peer, llama-cpp-python, builds llama.cpp from source on first use (several minutes).
 bench: build starter-model test-deps
-	@$(PY) -c "import llama_cpp" 2>/dev/null || $(PY) -m pip install -q llama-cpp-python==0.3.36
+	@$(PY) -c "import llama_cpp.server" 2>/dev/null || \
+	    $(PY) -m pip install -q "llama-cpp-python[server]==0.3.36"
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/open_time.py
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/tokenizer_speed.py --mb 20 --rounds 3
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/engine_bench.py --threads 2 --runs 5
+	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/server_bench.py --threads 2 --runs 5
 	@[ -f $(BUILD)/llama-3.2-1b-q4_0.gguf ] || \
 	    $(PY) bench/gen_shaped_gguf.py $(BUILD)/llama-3.2-1b-q4_0.gguf --shape llama-3.2-1b
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/engine_bench.py --threads 2 --runs 3 \
