@@ -16,9 +16,8 @@
 #include "base/alloc.h"
 #include "cli/cli.h"
 #include "engine/chat_prompt.h"
+#include "engine/model_load.h"
 #include "engine/sequence.h"
-#include "format/discover.h"
-#include "template/jinja.h"
 
 typedef struct {
     const char   *model, *prompt, *system;
@@ -33,11 +32,7 @@ typedef struct {
 } run_opts;
 
 typedef struct {
-    hx_model_files *mf;
-    hx_tokenizer   *tok;
-    hx_template    *tpl;
-    hx_backend     *be;
-    hx_llm         *llm;
+    hx_loaded_model m;
     hx_sequence    *seq;
 } loaded;
 
@@ -107,37 +102,25 @@ static int parse(int argc, char **argv, const char *verb, run_opts *o)
 static void unload(loaded *l)
 {
     hx_sequence_free(l->seq);
-    hx_llm_close(l->llm);
-    if (l->be) l->be->destroy(l->be);
-    hx_template_free(l->tpl);
-    hx_tokenizer_close(l->tok);
-    hx_model_files_close(l->mf);
+    hx_loaded_model_close(&l->m);
 }
 
 static int load(run_opts *o, loaded *l)
 {
     memset(l, 0, sizeof *l);
     hx_err err = {0};
-    char *path = NULL;
-    hx_status st = hx_discover_resolve(o->model, &path, &err);
-    if (st == HX_OK) st = hx_model_files_open(path, &l->mf, &err);
-    hx_free(path);
-    if (st == HX_OK) st = hx_tokenizer_open(l->mf, &l->tok, &err);
-    if (st == HX_OK && !o->raw && l->mf->chat_template)
-        st = hx_template_compile(l->mf->chat_template, strlen(l->mf->chat_template), &l->tpl, &err);
-    if (st == HX_OK)
-        st = hx_cpu_backend_create(o->threads, o->int8 ? HX_CPU_INT8_ACT : 0, &l->be, &err);
-    if (st == HX_OK) st = hx_llm_open(l->mf, l->be, HX_SEQUENCE_STEP_TOKENS, &l->llm, &err);
+    hx_status st = hx_loaded_model_open(o->model, o->threads, o->int8 ? HX_CPU_INT8_ACT : 0,
+                                        !o->raw, &l->m, &err);
     if (st == HX_OK) {
-        const int32_t ctx = o->ctx > 0 ? o->ctx : hx_sequence_default_ctx(&l->mf->hp);
-        st = hx_sequence_init(l->llm, l->tok, ctx, &l->seq, &err);
+        const int32_t ctx = o->ctx > 0 ? o->ctx : hx_sequence_default_ctx(&l->m.mf->hp);
+        st = hx_sequence_init(l->m.llm, l->m.tok, ctx, &l->seq, &err);
     }
     if (st != HX_OK) {
         fprintf(stderr, "hearth: %s\n", err.msg);
         unload(l);
         return 1;
     }
-    o->gp.sampling = hx_model_sampling_defaults(l->mf);
+    o->gp.sampling = hx_model_sampling_defaults(l->m.mf);
     hx_sampling *p = &o->gp.sampling;
     if (o->temp_set) p->temperature = o->temp;
     if (o->top_k_set) p->top_k = o->top_k;
@@ -154,16 +137,16 @@ static hx_status prompt_ids(const loaded *l, json_t *messages, bool raw, hx_tok_
                             hx_err *err)
 {
     ids->n = 0;
-    if (raw || !l->tpl) {
+    if (raw || !l->m.tpl) {
         json_t *last = json_array_get(messages, json_array_size(messages) - 1);
         const char *text = json_string_value(json_object_get(last, "content"));
-        return hx_tokenizer_encode(l->tok, text, strlen(text),
+        return hx_tokenizer_encode(l->m.tok, text, strlen(text),
                                    HX_TOK_ADD_SPECIAL | HX_TOK_PARSE_SPECIAL, ids, err);
     }
     char *text = NULL;
     size_t len = 0;
-    hx_status st = hx_chat_render(l->tpl, l->tok, messages, true, &text, &len, err);
-    if (st == HX_OK) st = hx_tokenizer_encode(l->tok, text, len, HX_TOK_PARSE_SPECIAL, ids, err);
+    hx_status st = hx_chat_render(l->m.tpl, l->m.tok, messages, true, &text, &len, err);
+    if (st == HX_OK) st = hx_tokenizer_encode(l->m.tok, text, len, HX_TOK_PARSE_SPECIAL, ids, err);
     hx_free(text);
     return st;
 }

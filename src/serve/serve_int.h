@@ -15,7 +15,7 @@
 
 typedef struct hx_server {
     hx_serve_options    opts;
-    hx_model_files     *mf;
+    hx_model_files     *mf;         /* borrowed from the loaded model (server.c) */
     hx_tokenizer       *tok;
     hx_template        *tpl;        /* NULL: the model has no chat template */
     hx_executor        *ex;

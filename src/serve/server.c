@@ -13,8 +13,7 @@
 #include <time.h>
 
 #include "backend/cpu/cpu_backend.h"
-#include "base/alloc.h"
-#include "format/discover.h"
+#include "engine/model_load.h"
 #include "serve/adapter.h"
 #include "serve/serve_int.h"
 
@@ -77,38 +76,22 @@ static void model_id(const char *path, char *out, size_t cap)
     if (n > 5 && strcmp(out + n - 5, ".gguf") == 0) out[n - 5] = '\0';
 }
 
-typedef struct {
-    hx_backend *be;
-    hx_llm     *llm;
-} engine_parts;
-
-static void server_free(hx_server *s, engine_parts *e)
+static void server_free(hx_server *s, hx_loaded_model *m)
 {
     hx_executor_close(s->ex);
-    hx_llm_close(e->llm);
-    if (e->be) e->be->destroy(e->be);
-    hx_template_free(s->tpl);
-    hx_tokenizer_close(s->tok);
-    hx_model_files_close(s->mf);
+    hx_loaded_model_close(m);
 }
 
-static hx_status server_load(hx_server *s, engine_parts *e, hx_err *err)
+static hx_status server_load(hx_server *s, hx_loaded_model *m, hx_err *err)
 {
     const hx_serve_options *o = &s->opts;
-    char *path = NULL;
-    hx_status st = hx_discover_resolve(o->model, &path, err);
-    if (st == HX_OK) st = hx_model_files_open(path, &s->mf, err);
-    if (st == HX_OK) model_id(path, s->model_id, sizeof s->model_id);
-    hx_free(path);
-    if (st == HX_OK) st = hx_tokenizer_open(s->mf, &s->tok, err);
-    if (st == HX_OK && s->mf->chat_template)
-        st = hx_template_compile(s->mf->chat_template, strlen(s->mf->chat_template), &s->tpl, err);
-    if (st == HX_OK)
-        st = hx_cpu_backend_create(o->n_threads, o->int8 ? HX_CPU_INT8_ACT : 0, &e->be, err);
-    if (st == HX_OK) st = hx_llm_open(s->mf, e->be, HX_SEQUENCE_STEP_TOKENS, &e->llm, err);
+    hx_status st = hx_loaded_model_open(o->model, o->n_threads, o->int8 ? HX_CPU_INT8_ACT : 0,
+                                        true, m, err);
     if (st != HX_OK) return st;
+    s->mf = m->mf, s->tok = m->tok, s->tpl = m->tpl;
+    model_id(m->path, s->model_id, sizeof s->model_id);
     s->n_ctx = o->n_ctx > 0 ? o->n_ctx : hx_sequence_default_ctx(&s->mf->hp);
-    if ((st = hx_executor_open(e->llm, s->tok, s->n_ctx, o->max_queue, &s->ex, err)) != HX_OK)
+    if ((st = hx_executor_open(m->llm, s->tok, s->n_ctx, o->max_queue, &s->ex, err)) != HX_OK)
         return st;
     s->created = (int64_t)time(NULL);
     s->max_tokens = o->max_tokens > 0 ? o->max_tokens : 512;
@@ -125,7 +108,7 @@ static hx_status server_load(hx_server *s, engine_parts *e, hx_err *err)
 int hx_serve_run(const hx_serve_options *o)
 {
     hx_server s = {.opts = *o, .t_start_ms = now_ms()};
-    engine_parts e = {0};
+    hx_loaded_model m = {0};
     hx_err err = {0};
     hx_http *http = NULL;
 
@@ -136,7 +119,7 @@ int hx_serve_run(const hx_serve_options *o)
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error return, not a signal */
 
-    hx_status st = server_load(&s, &e, &err);
+    hx_status st = server_load(&s, &m, &err);
     if (st == HX_OK) {
         const hx_http_config cfg = {
             .host = o->host ? o->host : "127.0.0.1", .port = o->port, .max_body = o->max_body,
@@ -147,7 +130,7 @@ int hx_serve_run(const hx_serve_options *o)
     }
     if (st != HX_OK) {
         fprintf(stderr, "hearth serve: %s\n", err.msg);
-        server_free(&s, &e);
+        server_free(&s, &m);
         return 1;
     }
     const char *host = o->host ? o->host : "127.0.0.1";
@@ -165,6 +148,6 @@ int hx_serve_run(const hx_serve_options *o)
     hx_executor_shutdown(s.ex);
     hx_http_drain(http, 5000); /* cancelled streams still send their ending and [DONE] */
     hx_http_close(http);
-    server_free(&s, &e);
+    server_free(&s, &m);
     return 0;
 }

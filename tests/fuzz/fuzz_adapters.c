@@ -16,21 +16,9 @@
 
 #include "base/alloc.h"
 #include "serve/adapter.h"
+#include "../tools/tiny_server.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static const char chatml[] =
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
-    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-
-static uint32_t byte_cp(int b)
-{
-    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE) return (uint32_t)b;
-    uint32_t n = 0;
-    for (int i = 0; i < b; i++) n += !((i >= 0x21 && i <= 0x7E) || (i >= 0xA1 && i <= 0xAC) || i >= 0xAE);
-    return 0x100 + n;
-}
 
 /* The fake server, built on the first input and kept (it is read-only, as in the server). */
 static hx_server *server(void)
@@ -38,38 +26,9 @@ static hx_server *server(void)
     static hx_server s;
     static int state; /* 0: not built, 1: built, -1: failed */
     if (state) return state > 0 ? &s : NULL;
-    state = -1;
-    json_t *vocab = json_object();
-    for (int b = 0; b < 256; b++) {
-        const uint32_t cp = byte_cp(b);
-        char c[3] = {0};
-        if (cp < 0x80) c[0] = (char)cp;
-        else c[0] = (char)(0xC0 | cp >> 6), c[1] = (char)(0x80 | (cp & 0x3F));
-        json_object_set_new(vocab, c, json_integer(b));
-    }
-    json_t *tj = json_pack(
-        "{s:[{s:i, s:s, s:b}, {s:i, s:s, s:b}, {s:i, s:s, s:b}], s:{s:s, s:b, s:b},"
-        " s:{s:s}, s:{s:s, s:o, s:[]}}",
-        "added_tokens", "id", 256, "content", "<|endoftext|>", "special", 1, "id", 257,
-        "content", "<|im_start|>", "special", 1, "id", 258, "content", "<|im_end|>", "special", 1,
-        "pre_tokenizer", "type", "ByteLevel", "add_prefix_space", 0, "use_regex", 1, "decoder",
-        "type", "ByteLevel", "model", "type", "BPE", "vocab", vocab, "merges");
-    char *text = tj ? json_dumps(tj, JSON_COMPACT) : NULL;
-    json_decref(tj);
     hx_err err = {0};
-    if (!text) return NULL;
-    hx_status st = hx_tokenizer_open_json_memory(text, strlen(text), "tiny", &s.tok, &err);
-    free(text);
-    if (st != HX_OK || hx_template_compile(chatml, strlen(chatml), &s.tpl, &err) != HX_OK)
-        return NULL;
-    strcpy(s.model_id, "tiny-model");
-    s.created = 1700000000;
-    s.n_ctx = 96;
-    s.max_tokens = 16;
-    s.sampling = hx_sampling_default();
-    s.opts.seed_set = true;
-    state = 1;
-    return &s;
+    state = tiny_server_open(&s, 96, 16, &err) ? 1 : -1;
+    return state > 0 ? &s : NULL;
 }
 
 /* Both error bodies for a failure must build (the message may quote any input). */

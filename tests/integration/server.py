@@ -6,6 +6,8 @@ answers 200, stop it with SIGTERM and check that it exits cleanly.
 
 The server prints a line holding its URL (http://HOST:PORT/) on stdout once it listens; its
 stderr (the request log) is kept in s.log() for assertions."""
+import http.client
+import json
 import os
 import re
 import signal
@@ -90,3 +92,19 @@ class Server:
         rc = self.stop()
         if exc[0] is None:
             assert rc == 0, f"hearth serve exited with {rc}: {self.log()[-2000:]}"
+
+
+def req(s, method, path, body=None, headers=None, timeout=60):
+    """One request to server s on a fresh connection: (status, {lower header: value}, body
+    bytes). body: bytes as they are, or any other value sent as JSON."""
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=timeout)
+    try:
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body)
+        hdrs = dict(headers or {})
+        if data is not None:
+            hdrs.setdefault("Content-Type", "application/json")
+        c.request(method, path, body=data, headers=hdrs)
+        r = c.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        c.close()

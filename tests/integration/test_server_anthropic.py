@@ -3,13 +3,12 @@ prompts, stop sequences, count_tokens, the streaming event grammar, errors and t
 
 The SDK (2.x) has no temperature argument, so sampling fields go in extra_body; the server itself
 runs with --temp 0 so that replies are greedy unless a request says otherwise."""
-import http.client
 import json
 
 import anthropic
 import pytest
 
-from server import Server
+from server import Server, req as raw
 
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
 CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
@@ -40,19 +39,6 @@ def prompt_tokens(msg):
 
 def text_of(msg):
     return "".join(b.text for b in msg.content if b.type == "text")
-
-
-def raw(srv, method, path, body=None, headers=None):
-    """Raw request; returns (status, headers, body bytes)."""
-    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
-    try:
-        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body)
-        c.request(method, path, body=data,
-                  headers={"Content-Type": "application/json", **(headers or {})})
-        r = c.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    finally:
-        c.close()
 
 
 def parse_sse(text):

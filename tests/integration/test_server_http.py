@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import HEARTH
-from server import Server
+from server import Server, req
 
 CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
 LOG_LINE = re.compile(r"^(GET|POST|OPTIONS|PUT|DELETE|PATCH|HEAD) (\S+) (\d{3}) in=(\d+) out=(\d+) "
@@ -60,20 +60,6 @@ def post_args(body, *headers):
     for h in headers:
         args += ["-H", h]
     return args
-
-
-def req(s, method, path, body=None, headers=None, timeout=30):
-    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=timeout)
-    try:
-        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body)
-        hdrs = dict(headers or {})
-        if data is not None:
-            hdrs.setdefault("Content-Type", "application/json")
-        c.request(method, path, body=data, headers=hdrs)
-        r = c.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    finally:
-        c.close()
 
 
 def get_json(s, path):

@@ -15,7 +15,7 @@ import warnings
 
 import pytest
 
-from server import Server
+from server import Server, req
 
 CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
 STORY = [{"role": "user", "content": "Write a very long story about a dragon and a knight."}]
@@ -48,21 +48,6 @@ def still_alive(request):
 
 
 # ---- helpers -------------------------------------------------------------------------------------
-
-def req(s, method, path, body=None, headers=None, timeout=60):
-    """One request on a fresh connection: (status, {lower header: value}, body bytes)."""
-    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=timeout)
-    try:
-        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body)
-        hdrs = dict(headers or {})
-        if data is not None:
-            hdrs.setdefault("Content-Type", "application/json")
-        c.request(method, path, body=data, headers=hdrs)
-        r = c.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    finally:
-        c.close()
-
 
 def post(s, path, body, **kw):
     st, h, b = req(s, "POST", path, body, **kw)

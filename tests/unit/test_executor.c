@@ -6,26 +6,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_backend.h"
 #include "base/alloc.h"
 #include "check.h"
 #include "engine/executor.h"
+#include "engine/model_load.h"
 
 typedef struct {
-    hx_model_files *mf;
-    hx_tokenizer   *tok;
-    hx_backend     *be;
-    hx_llm         *llm;
+    hx_loaded_model m;
     hx_executor    *ex;
 } rig;
 
 static void rig_free(rig *r)
 {
     hx_executor_close(r->ex);
-    hx_llm_close(r->llm);
-    if (r->be) r->be->destroy(r->be);
-    hx_tokenizer_close(r->tok);
-    hx_model_files_close(r->mf);
+    hx_loaded_model_close(&r->m);
 }
 
 /* Opens the starter model with an executor of max_queue; false (after a skip line) when the
@@ -45,11 +39,8 @@ static bool rig_open(rig *r, int32_t max_queue)
     }
     fclose(f);
     hx_err err = {0};
-    hx_status st = hx_model_files_open(path, &r->mf, &err);
-    if (st == HX_OK) st = hx_tokenizer_open(r->mf, &r->tok, &err);
-    if (st == HX_OK) st = hx_cpu_backend_create(2, 0, &r->be, &err);
-    if (st == HX_OK) st = hx_llm_open(r->mf, r->be, 64, &r->llm, &err);
-    if (st == HX_OK) st = hx_executor_open(r->llm, r->tok, 256, max_queue, &r->ex, &err);
+    hx_status st = hx_loaded_model_open(path, 2, 0, false, &r->m, &err);
+    if (st == HX_OK) st = hx_executor_open(r->m.llm, r->m.tok, 256, max_queue, &r->ex, &err);
     if (st != HX_OK) {
         fprintf(stderr, "cannot open the starter model: %s\n", err.msg);
         abort();
@@ -63,7 +54,7 @@ static hx_completion *completion(const rig *r, const char *text, int32_t max_tok
     hx_completion *c = hx_completion_new();
     hx_tok_ids ids = {0};
     hx_err err = {0};
-    HX_ASSERT(c && hx_tokenizer_encode(r->tok, text, strlen(text), HX_TOK_ADD_SPECIAL, &ids, &err) == HX_OK);
+    HX_ASSERT(c && hx_tokenizer_encode(r->m.tok, text, strlen(text), HX_TOK_ADD_SPECIAL, &ids, &err) == HX_OK);
     c->prompt = hx_arena_alloc(&c->arena, ids.n * sizeof(int32_t), 0);
     memcpy(c->prompt, ids.ids, ids.n * sizeof(int32_t));
     c->n_prompt = (int32_t)ids.n;

@@ -10,76 +10,20 @@
 #include "base/alloc.h"
 #include "check.h"
 #include "serve/adapter.h"
+#include "../tools/tiny_server.h"
 
 /* ---- fixture ---- */
-
-static const char chatml[] =
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
-    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-
-/* The GPT-2 byte -> character table. */
-static uint32_t byte_cp(int b)
-{
-    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE) return (uint32_t)b;
-    uint32_t n = 0;
-    for (int i = 0; i < b; i++) n += !((i >= 0x21 && i <= 0x7E) || (i >= 0xA1 && i <= 0xAC) || i >= 0xAE);
-    return 0x100 + n;
-}
-
-/* tokenizer.json text: ids 0..255 the bytes, 256 <|endoftext|>, 257 <|im_start|>, 258
- * <|im_end|>. A new string (free). */
-static char *tokenizer_json(void)
-{
-    json_t *vocab = json_object();
-    for (int b = 0; b < 256; b++) {
-        const uint32_t cp = byte_cp(b);
-        char c[3] = {0};
-        if (cp < 0x80) c[0] = (char)cp;
-        else c[0] = (char)(0xC0 | cp >> 6), c[1] = (char)(0x80 | (cp & 0x3F));
-        json_object_set_new(vocab, c, json_integer(b));
-    }
-    json_t *tj = json_pack(
-        "{s:[{s:i, s:s, s:b}, {s:i, s:s, s:b}, {s:i, s:s, s:b}], s:{s:s, s:b, s:b},"
-        " s:{s:s}, s:{s:s, s:o, s:[]}}",
-        "added_tokens", "id", 256, "content", "<|endoftext|>", "special", 1, "id", 257,
-        "content", "<|im_start|>", "special", 1, "id", 258, "content", "<|im_end|>", "special", 1,
-        "pre_tokenizer", "type", "ByteLevel", "add_prefix_space", 0, "use_regex", 1, "decoder",
-        "type", "ByteLevel", "model", "type", "BPE", "vocab", vocab, "merges");
-    char *text = json_dumps(tj, JSON_COMPACT);
-    json_decref(tj);
-    return text;
-}
 
 static hx_server srv;
 
 static int fx_open(void)
 {
-    memset(&srv, 0, sizeof srv);
     hx_err err = {0};
-    char *tj = tokenizer_json();
-    if (!tj) CHECK_FAIL("tokenizer json");
-    hx_status st = hx_tokenizer_open_json_memory(tj, strlen(tj), "tiny", &srv.tok, &err);
-    free(tj);
-    if (st != HX_OK) CHECK_FAIL("tokenizer: %s", err.msg);
-    if (hx_template_compile(chatml, strlen(chatml), &srv.tpl, &err) != HX_OK)
-        CHECK_FAIL("template: %s", err.msg);
-    snprintf(srv.model_id, sizeof srv.model_id, "tiny-model");
-    srv.created = 1700000000;
-    srv.n_ctx = 512;
-    srv.max_tokens = 64;
-    srv.sampling = hx_sampling_default();
-    srv.sampling.seed = 42;
-    srv.opts.seed_set = true;
+    if (!tiny_server_open(&srv, 512, 64, &err)) CHECK_FAIL("tiny server: %s", err.msg);
     return 0;
 }
 
-static void fx_close(void)
-{
-    hx_template_free(srv.tpl);
-    hx_tokenizer_close(srv.tok);
-    memset(&srv, 0, sizeof srv);
-}
+static void fx_close(void) { tiny_server_close(&srv); }
 
 #define OPEN() do { if (fx_open()) return 1; } while (0)
 

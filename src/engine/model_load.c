@@ -1,0 +1,36 @@
+/* model_load.c - a model made ready to generate (see model_load.h). */
+#include "engine/model_load.h"
+
+#include <string.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "base/alloc.h"
+#include "engine/sequence.h"
+#include "format/discover.h"
+
+hx_status hx_loaded_model_open(const char *model, int n_threads, unsigned cpu_flags,
+                               bool with_template, hx_loaded_model *out, hx_err *err)
+{
+    hx_loaded_model m = {0};
+    hx_status st = hx_discover_resolve(model, &m.path, err);
+    if (st == HX_OK) st = hx_model_files_open(m.path, &m.mf, err);
+    if (st == HX_OK) st = hx_tokenizer_open(m.mf, &m.tok, err);
+    if (st == HX_OK && with_template && m.mf->chat_template)
+        st = hx_template_compile(m.mf->chat_template, strlen(m.mf->chat_template), &m.tpl, err);
+    if (st == HX_OK) st = hx_cpu_backend_create(n_threads, cpu_flags, &m.be, err);
+    if (st == HX_OK) st = hx_llm_open(m.mf, m.be, HX_SEQUENCE_STEP_TOKENS, &m.llm, err);
+    if (st != HX_OK) hx_loaded_model_close(&m);
+    *out = m;
+    return st;
+}
+
+void hx_loaded_model_close(hx_loaded_model *m)
+{
+    hx_llm_close(m->llm);
+    if (m->be) m->be->destroy(m->be);
+    hx_template_free(m->tpl);
+    hx_tokenizer_close(m->tok);
+    hx_model_files_close(m->mf);
+    hx_free(m->path);
+    memset(m, 0, sizeof *m);
+}
