@@ -140,6 +140,7 @@ static void run_job(hx_executor *ex, hx_job *j)
 {
     hx_gen_params gp = j->c->gp;
     gp.cancelled = job_cancelled;
+    gp.every_token = j->c->logprobs; /* one logprob record per token, text or not */
     hx_gen_stats gs = {0};
     hx_err err = {0};
     hx_status st = HX_OK;

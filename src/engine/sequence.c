@@ -207,7 +207,7 @@ hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
             break;
         }
         const size_t ready = text_len - pending_stop_prefix(text, text_len, gp);
-        if (ready > 0) {
+        if (ready > 0 || gp->every_token) {
             if (cb && !cb(text, ready, &lp, user)) {
                 stt->finish = HX_FINISH_CANCELLED;
                 text_len = 0;

@@ -25,6 +25,8 @@ typedef struct {
     const char *const *stop;        /* stop strings (borrowed), matched on the decoded text */
     int32_t            n_stop;
     bool               ignore_eos;
+    bool               every_token; /* call cb for every token, with len 0 while its text is
+                                     * not final yet (so logprobs cover each token) */
     /* Polled between prefill chunks and before every decode step with the callback's user
      * pointer; returning true stops the generation (HX_FINISH_CANCELLED). NULL: never. */
     bool (*cancelled)(void *user);

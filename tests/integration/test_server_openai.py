@@ -8,7 +8,7 @@ import json
 import openai
 import pytest
 
-from server import Server
+from server import Server, req
 
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
 CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
@@ -33,18 +33,11 @@ def chat(client, messages=CAPITAL, **kw):
 
 def post_json(srv, path, body, headers=None):
     """Raw POST; returns (status, parsed JSON or None, raw bytes)."""
-    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+    status, _, raw = req(srv, "POST", path, body, headers)
     try:
-        c.request("POST", path, body=json.dumps(body),
-                  headers={"Content-Type": "application/json", **(headers or {})})
-        r = c.getresponse()
-        raw = r.read()
-    finally:
-        c.close()
-    try:
-        return r.status, json.loads(raw), raw
+        return status, json.loads(raw), raw
     except ValueError:
-        return r.status, None, raw
+        return status, None, raw
 
 
 def assert_openai_error(body):
@@ -289,6 +282,20 @@ def test_logprobs_with_top_logprobs(client):
         assert e.logprob == pytest.approx(vals[0], abs=1e-3)
         assert e.token == e.top_logprobs[0].token
     assert "".join(e.token for e in lp.content) == r.choices[0].message.content
+
+
+def test_logprobs_cover_tokens_held_back_for_a_stop_string(client):
+    # " Paris" is a prefix of the stop string, so its text waits until the next token shows the
+    # stop string did not complete; its log-probability must still be reported.
+    r = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=12, temperature=0, logprobs=True, top_logprobs=1,
+        stop=[" Paris is lovely"])
+    content = r.choices[0].message.content
+    assert "Paris" in content
+    entries = r.choices[0].logprobs.content
+    assert len(entries) == r.usage.completion_tokens
+    assert "".join(e.token for e in entries) == content
 
 
 def test_logprobs_in_a_stream(client):
