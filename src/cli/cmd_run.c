@@ -24,11 +24,7 @@ typedef struct {
     int           threads, ctx;
     bool          raw, verbose, int8;
     hx_gen_params gp;
-    bool          temp_set, top_k_set, top_p_set, min_p_set;
-    float         temp, top_p, min_p;
-    int           top_k;
-    uint64_t      seed;
-    bool          seed_set;
+    hx_sampling_flags sampling;
 } run_opts;
 
 typedef struct {
@@ -63,17 +59,16 @@ static int parse(int argc, char **argv, const char *verb, run_opts *o)
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const bool has = i + 1 < argc;
+        int sf;
 #define NEXT (argv[++i])
         if (strcmp(a, "--raw") == 0) o->raw = true;
         else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) o->verbose = true;
         else if (strcmp(a, "--int8") == 0) o->int8 = true;
         else if (strcmp(a, "--ignore-eos") == 0) o->gp.ignore_eos = true;
-        else if (strcmp(a, "--temp") == 0 && has) o->temp = strtof(NEXT, NULL), o->temp_set = true;
-        else if (strcmp(a, "--top-k") == 0 && has) o->top_k = atoi(NEXT), o->top_k_set = true;
-        else if (strcmp(a, "--top-p") == 0 && has) o->top_p = strtof(NEXT, NULL), o->top_p_set = true;
-        else if (strcmp(a, "--min-p") == 0 && has) o->min_p = strtof(NEXT, NULL), o->min_p_set = true;
-        else if (strcmp(a, "--seed") == 0 && has) o->seed = strtoull(NEXT, NULL, 10), o->seed_set = true;
-        else if (strcmp(a, "--max-tokens") == 0 && has) o->gp.max_tokens = atoi(NEXT);
+        else if (has && (sf = hx_cli_sampling_flag(verb, a, argv[i + 1], &o->sampling)) != 0) {
+            if (sf < 0) return 2;
+            i++;
+        } else if (strcmp(a, "--max-tokens") == 0 && has) o->gp.max_tokens = atoi(NEXT);
         else if (strcmp(a, "--threads") == 0 && has) o->threads = atoi(NEXT);
         else if (strcmp(a, "--ctx") == 0 && has) o->ctx = atoi(NEXT);
         else if (strcmp(a, "--system") == 0 && has) o->system = NEXT;
@@ -122,12 +117,8 @@ static int load(run_opts *o, loaded *l)
     }
     o->gp.sampling = hx_model_sampling_defaults(l->m.mf);
     hx_sampling *p = &o->gp.sampling;
-    if (o->temp_set) p->temperature = o->temp;
-    if (o->top_k_set) p->top_k = o->top_k;
-    if (o->top_p_set) p->top_p = o->top_p;
-    if (o->min_p_set) p->min_p = o->min_p;
-    if (o->seed_set) p->seed = o->seed;
-    else p->seed = (uint64_t)time(NULL);
+    hx_sampling_apply_flags(p, &o->sampling);
+    if (!o->sampling.seed_set) p->seed = (uint64_t)time(NULL);
     return 0;
 }
 

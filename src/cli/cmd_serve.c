@@ -65,6 +65,9 @@ int hx_cmd_serve(int argc, char **argv)
             return 2;
         }
         i++;
+        const int sf = hx_cli_sampling_flag("serve", a, v, &o.sampling);
+        if (sf < 0) return 2;
+        if (sf > 0) continue;
         if (strcmp(a, "--host") == 0) o.host = v;
         else if (strcmp(a, "--api-key") == 0) o.api_key = v;
         else if (strcmp(a, "--port") == 0) { if (!int_arg(a, v, 0, 65535, &x)) return 2; o.port = (int)x; }
@@ -74,11 +77,6 @@ int hx_cmd_serve(int argc, char **argv)
         else if (strcmp(a, "--ctx") == 0) { if (!int_arg(a, v, 0, 1 << 24, &x)) return 2; o.n_ctx = (int32_t)x; }
         else if (strcmp(a, "--max-tokens") == 0) { if (!int_arg(a, v, 1, 1 << 24, &x)) return 2; o.max_tokens = (int32_t)x; }
         else if (strcmp(a, "--threads") == 0) { if (!int_arg(a, v, 0, 1024, &x)) return 2; o.n_threads = (int)x; }
-        else if (strcmp(a, "--top-k") == 0) { if (!int_arg(a, v, 0, 1 << 24, &x)) return 2; o.top_k = (int32_t)x, o.top_k_set = true; }
-        else if (strcmp(a, "--seed") == 0) { if (!int_arg(a, v, 0, INT64_MAX, &x)) return 2; o.seed = (uint64_t)x, o.seed_set = true; }
-        else if (strcmp(a, "--temp") == 0) o.temp = strtof(v, NULL), o.temp_set = true;
-        else if (strcmp(a, "--top-p") == 0) o.top_p = strtof(v, NULL), o.top_p_set = true;
-        else if (strcmp(a, "--min-p") == 0) o.min_p = strtof(v, NULL), o.min_p_set = true;
         else {
             fprintf(stderr, "hearth serve: unknown option %s\n\n", a);
             usage();

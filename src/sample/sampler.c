@@ -35,6 +35,15 @@ hx_sampling hx_sampling_default(void)
                          .repeat_penalty = 1.0f, .penalty_last_n = 64};
 }
 
+void hx_sampling_apply_flags(hx_sampling *p, const hx_sampling_flags *f)
+{
+    if (f->temp_set) p->temperature = f->temp;
+    if (f->top_k_set) p->top_k = f->top_k;
+    if (f->top_p_set) p->top_p = f->top_p;
+    if (f->min_p_set) p->min_p = f->min_p;
+    if (f->seed_set) p->seed = f->seed;
+}
+
 static uint64_t splitmix(uint64_t *x)
 {
     uint64_t z = (*x += 0x9E3779B97F4A7C15ull);

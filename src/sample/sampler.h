@@ -32,6 +32,17 @@ typedef struct {
 /* temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, penalties off, window 64, seed 0. */
 hx_sampling hx_sampling_default(void);
 
+/* Sampling settings given as flags (command line, server start): each applies only when set,
+ * over the defaults it is applied to. */
+typedef struct {
+    bool     temp_set, top_k_set, top_p_set, min_p_set, seed_set;
+    float    temp, top_p, min_p;
+    int32_t  top_k;
+    uint64_t seed;
+} hx_sampling_flags;
+
+void hx_sampling_apply_flags(hx_sampling *p, const hx_sampling_flags *f);
+
 #define HX_MAX_LOGPROBS 20
 
 typedef struct {

@@ -8,7 +8,7 @@
  * once. Every error body comes from errors.c (STYLE 56), in the shape of the API asked.
  *
  * The parse functions need no engine: only s->tok, s->tpl, s->n_ctx, s->max_tokens, s->sampling,
- * s->opts.seed_set and s->model_id are read, so unit tests and the fuzz target call them over a
+ * s->opts.sampling.seed_set and s->model_id are read, so unit tests and the fuzz target call them over a
  * tiny tokenizer. They are thread-safe (the server is read-only). */
 #ifndef HX_SERVE_ADAPTER_H
 #define HX_SERVE_ADAPTER_H

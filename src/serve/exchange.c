@@ -307,7 +307,7 @@ hx_status hx_parse_completion(hx_parse *p, hx_completion **out)
     hx_completion *c = hx_completion_new();
     if (!c) return hx_parse_fail(p, HX_E_NOMEM, NULL, "out of memory");
     c->gp.sampling = p->s->sampling;
-    if (!p->s->opts.seed_set) c->gp.sampling.seed = fresh_seed();
+    if (!p->s->opts.sampling.seed_set) c->gp.sampling.seed = fresh_seed();
     c->gp.max_tokens = p->s->max_tokens;
     *out = c;
     return HX_OK;

@@ -24,11 +24,8 @@ typedef struct {
     int32_t     max_tokens;  /* default reply limit when a request gives none; default 512 */
     bool        int8;        /* single-term int8 activations (faster, less exact) */
     bool        quiet;       /* no per-request log lines */
-    /* Sampling flags (they override the model's generation_config.json; requests override them) */
-    bool        temp_set, top_k_set, top_p_set, min_p_set, seed_set;
-    float       temp, top_p, min_p;
-    int32_t     top_k;
-    uint64_t    seed;
+    /* Sampling flags: they override the model's generation_config.json; requests override them */
+    hx_sampling_flags sampling;
 } hx_serve_options;
 
 hx_serve_options hx_serve_options_default(void);

@@ -97,11 +97,7 @@ static hx_status server_load(hx_server *s, hx_loaded_model *m, hx_err *err)
     s->max_tokens = o->max_tokens > 0 ? o->max_tokens : 512;
     hx_sampling *p = &s->sampling;
     *p = hx_model_sampling_defaults(s->mf);
-    if (o->temp_set) p->temperature = o->temp;
-    if (o->top_k_set) p->top_k = o->top_k;
-    if (o->top_p_set) p->top_p = o->top_p;
-    if (o->min_p_set) p->min_p = o->min_p;
-    if (o->seed_set) p->seed = o->seed;
+    hx_sampling_apply_flags(p, &o->sampling);
     return HX_OK;
 }
 

@@ -59,3 +59,12 @@ def test_prompt_longer_than_the_context_is_refused(starter):
 def test_unknown_model_is_an_error():
     p = run("run", "no-such-model-xyz", "hi")
     assert p.returncode == 1 and "not found" in p.stderr
+
+
+def test_bad_sampling_flags_are_refused_by_every_verb():
+    for verb, extra in (("run", ["hi"]), ("serve", [])):
+        for flag, value in (("--temp", "hot"), ("--top-p", "2"), ("--top-k", "-1"),
+                            ("--seed", "x")):
+            p = run(verb, "smollm2", *extra, flag, value)
+            assert p.returncode == 2, (verb, flag, p.stderr)
+            assert flag in p.stderr and value in p.stderr, p.stderr

@@ -62,7 +62,7 @@ static bool tiny_server_open(hx_server *s, int32_t n_ctx, int32_t max_tokens, hx
     s->max_tokens = max_tokens;
     s->sampling = hx_sampling_default();
     s->sampling.seed = 42;
-    s->opts.seed_set = true;
+    s->opts.sampling.seed_set = true;
     return true;
 }
 

@@ -146,7 +146,7 @@ static int test_absent_fields_take_the_server_settings(void)
 static int test_requests_without_a_seed_get_different_seeds(void)
 {
     OPEN();
-    srv.opts.seed_set = false;
+    srv.opts.sampling.seed_set = false;
     hx_completion *a = NULL, *b = NULL;
     hx_reply_opts o;
     hx_err err = {0};
