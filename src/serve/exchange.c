@@ -288,18 +288,23 @@ hx_status hx_parse_stop(hx_parse *p, json_t *v, const char *param, bool allow_st
     return HX_OK;
 }
 
-/* A seed for a request that names none, different for every request. */
-static uint64_t fresh_seed(void)
+/* splitmix64's finalizer: spreads every input bit over the whole word. */
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* A number that differs between calls and between server runs: the clock and a counter, mixed. */
+static uint64_t unique64(void)
 {
     static atomic_ullong counter;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t z = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
-                 (atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed) + 1) *
-                     0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    const uint64_t c = atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed) + 1;
+    return mix64(((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+                 (c * 0x9E3779B97F4A7C15ull));
 }
 
 hx_status hx_parse_completion(hx_parse *p, hx_completion **out)
@@ -307,7 +312,7 @@ hx_status hx_parse_completion(hx_parse *p, hx_completion **out)
     hx_completion *c = hx_completion_new();
     if (!c) return hx_parse_fail(p, HX_E_NOMEM, NULL, "out of memory");
     c->gp.sampling = p->s->sampling;
-    if (!p->s->opts.sampling.seed_set) c->gp.sampling.seed = fresh_seed();
+    if (!p->s->opts.sampling.seed_set) c->gp.sampling.seed = unique64(); /* a fresh one */
     c->gp.max_tokens = p->s->max_tokens;
     *out = c;
     return HX_OK;
@@ -386,20 +391,7 @@ done:
  * unpredictable, only unique). */
 static void make_id(char *dst, size_t cap, const char *prefix)
 {
-    static atomic_ullong counter;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t x = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    uint64_t c = atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed);
-    uint64_t a = x ^ (c * 0x9E3779B97F4A7C15ull), b = c + 0x632BE59BD9B4E019ull * (x | 1);
-    for (int i = 0; i < 2; i++) { /* splitmix64 finalizer on both words */
-        a = (a ^ (a >> 30)) * 0xBF58476D1CE4E5B9ull;
-        a = (a ^ (a >> 27)) * 0x94D049BB133111EBull;
-        a ^= a >> 31;
-        b = (b ^ (b >> 30)) * 0xBF58476D1CE4E5B9ull;
-        b = (b ^ (b >> 27)) * 0x94D049BB133111EBull;
-        b ^= b >> 31;
-    }
+    const uint64_t a = unique64(), b = mix64(a ^ 0x632BE59BD9B4E019ull);
     snprintf(dst, cap, "%s%016llx%08llx", prefix, (unsigned long long)a,
              (unsigned long long)(b & 0xFFFFFFFFull));
 }
