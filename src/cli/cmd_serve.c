@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "format/discover.h"
 #include "serve/serve.h"
 
 /* The starter model `make run` installs into $HEARTH_HOME/models. */
@@ -30,6 +31,15 @@ static void usage(void)
             STARTER_MODEL);
 }
 
+static bool starter_present(const char *home)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/models/%s.gguf", home, STARTER_MODEL);
+    FILE *f = fopen(path, "rb");
+    if (f) fclose(f);
+    return f != NULL;
+}
+
 /* Reads a whole-number flag value in [lo, hi]; false (after a message) when it is not one. */
 static bool int_arg(const char *flag, const char *v, long long lo, long long hi, long long *out)
 {
@@ -48,6 +58,7 @@ int hx_cmd_serve(int argc, char **argv)
 {
     hx_serve_options o = hx_serve_options_default();
     o.model = STARTER_MODEL;
+    bool model_given = false;
     long long x;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -58,7 +69,7 @@ int hx_cmd_serve(int argc, char **argv)
         }
         if (strcmp(a, "--quiet") == 0) { o.quiet = true; continue; }
         if (strcmp(a, "--int8") == 0) { o.int8 = true; continue; }
-        if (a[0] != '-') { o.model = a; continue; }
+        if (a[0] != '-') { o.model = a, model_given = true; continue; }
         if (!v) {
             fprintf(stderr, "hearth serve: %s needs a value\n\n", a);
             usage();
@@ -82,6 +93,14 @@ int hx_cmd_serve(int argc, char **argv)
             usage();
             return 2;
         }
+    }
+    char home[4096];
+    hx_discover_hearth_home(home, sizeof home);
+    if (!model_given && !starter_present(home)) {
+        fprintf(stderr, "hearth: the starter model (%s) is not installed in %s/models;\n"
+                        "`make run` (or scripts/starter-model.sh) fetches it, or name a model:\n"
+                        "hearth serve MODEL\n", STARTER_MODEL, home);
+        return 1;
     }
     return hx_serve_run(&o);
 }

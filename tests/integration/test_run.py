@@ -68,3 +68,9 @@ def test_bad_sampling_flags_are_refused_by_every_verb():
             p = run(verb, "smollm2", *extra, flag, value)
             assert p.returncode == 2, (verb, flag, p.stderr)
             assert flag in p.stderr and value in p.stderr, p.stderr
+
+
+def test_bare_hearth_serves_the_starter_model_or_says_how_to_get_it(tmp_path):
+    p = run(env={"HEARTH_HOME": str(tmp_path)})
+    assert p.returncode == 1
+    assert "SmolLM2-135M-Instruct.Q4_1" in p.stderr and "make run" in p.stderr
