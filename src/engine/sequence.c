@@ -14,12 +14,31 @@ struct hx_sequence {
     hx_llm             *m;
     const hx_tokenizer *tok;
     hx_kv_pool         *pool;
+    bool                own_pool;
     hx_kv_table         table;
     int32_t             n_ctx;
-    int32_t            *tokens; /* [n_ctx] what the cache holds, in order */
-    int32_t             n_tokens;
-    float              *logits; /* [n_vocab] host: the last row's logits */
-    int32_t            *pos, *seq, *rows; /* [max_tok] batch scratch */
+    int32_t            *tokens;   /* [n_ctx] tokens known: those the cache holds, then pending */
+    int32_t             n_tokens; /* how many of them the cache holds (positions with KV) */
+    float              *logits;   /* [n_vocab] host: the last row's logits (generate alone) */
+    int32_t            *pos, *seq, *rows, *ids; /* [max_tok] batch scratch (generate alone) */
+};
+
+struct hx_gen {
+    hx_sequence         *s;
+    const hx_gen_params *gp;
+    hx_gen_cb            cb;
+    void                *user;
+    hx_sampler          *smp;
+    hx_detok             dt;
+    char                *text;    /* generated text not yet handed to the callback */
+    size_t               text_len, text_cap;
+    int32_t              n_known; /* s->tokens[0..n_known): prompt and tokens sampled so far */
+    int32_t              n_prompt, limit;
+    double               t0, t_first;
+    bool                 done, stopped_by_string;
+    hx_status            status;  /* a failure inside a step */
+    hx_err               err;
+    hx_gen_stats         stats;
 };
 
 static double now_ms(void)
@@ -29,8 +48,10 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-hx_status hx_sequence_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx_sequence **out,
-                          hx_err *err)
+/* ---- sequences ---- */
+
+static hx_status sequence_new(hx_llm *m, const hx_tokenizer *tok, hx_kv_pool *pool, int32_t n_ctx,
+                              hx_sequence **out, hx_err *err)
 {
     if (n_ctx < 2) return hx_err_set(err, HX_E_INVALID, "context of %d positions is too small", n_ctx);
     hx_sequence *s = hx_calloc(1, sizeof *s);
@@ -38,16 +59,22 @@ hx_status hx_sequence_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx
     s->m = m;
     s->tok = tok;
     s->n_ctx = n_ctx;
-    const hx_hparams *hp = &m->hp;
-    hx_status st = hx_kv_pool_create(m->be, hp->n_layer, hp->n_kv_head, hp->d_head, BLOCK_TOKENS,
-                                     (n_ctx + BLOCK_TOKENS - 1) / BLOCK_TOKENS, &s->pool, err);
-    if (st != HX_OK) goto fail;
+    s->pool = pool;
+    hx_status st = HX_OK;
+    if (!pool) {
+        const hx_hparams *hp = &m->hp;
+        s->own_pool = true;
+        st = hx_kv_pool_create(m->be, hp->n_layer, hp->n_kv_head, hp->d_head, BLOCK_TOKENS,
+                               (n_ctx + BLOCK_TOKENS - 1) / BLOCK_TOKENS, &s->pool, err);
+        if (st != HX_OK) goto fail;
+    }
     s->tokens = hx_alloc((size_t)n_ctx * sizeof(int32_t));
-    s->logits = hx_alloc((size_t)hp->n_vocab * sizeof(float));
+    s->logits = hx_alloc((size_t)m->hp.n_vocab * sizeof(float));
     s->pos = hx_alloc((size_t)m->max_tok * sizeof(int32_t));
     s->seq = hx_calloc((size_t)m->max_tok, sizeof(int32_t));
     s->rows = hx_alloc((size_t)m->max_tok * sizeof(int32_t));
-    if (!s->tokens || !s->logits || !s->pos || !s->seq || !s->rows) {
+    s->ids = hx_alloc((size_t)m->max_tok * sizeof(int32_t));
+    if (!s->tokens || !s->logits || !s->pos || !s->seq || !s->rows || !s->ids) {
         st = hx_err_set(err, HX_E_NOMEM, "out of memory for a sequence");
         goto fail;
     }
@@ -58,17 +85,64 @@ fail:
     return st;
 }
 
+hx_status hx_sequence_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx_sequence **out,
+                          hx_err *err)
+{
+    return sequence_new(m, tok, NULL, n_ctx, out, err);
+}
+
+hx_status hx_sequence_init_shared(hx_llm *m, const hx_tokenizer *tok, hx_kv_pool *pool,
+                                  int32_t n_ctx, hx_sequence **out, hx_err *err)
+{
+    return sequence_new(m, tok, pool, n_ctx, out, err);
+}
+
 void hx_sequence_free(hx_sequence *s)
 {
     if (!s) return;
     if (s->pool) hx_kv_table_free(s->pool, &s->table);
-    hx_kv_pool_free(s->pool);
+    if (s->own_pool) hx_kv_pool_free(s->pool);
     hx_free(s->tokens);
     hx_free(s->logits);
     hx_free(s->pos);
     hx_free(s->seq);
     hx_free(s->rows);
+    hx_free(s->ids);
     hx_free(s);
+}
+
+void hx_sequence_clear(hx_sequence *s)
+{
+    hx_kv_table_truncate(s->pool, &s->table, 0);
+    s->n_tokens = 0;
+}
+
+void hx_sequence_adopt(hx_sequence *s, const int32_t *tokens, const int32_t *blocks,
+                       int32_t n_blocks)
+{
+    HX_ASSERT(s->n_tokens == 0 && s->table.n_blocks == 0);
+    const int32_t n = n_blocks * BLOCK_TOKENS;
+    /* Grow the table's array without taking blocks from the pool, then place the given ones. */
+    if (n_blocks > s->table.cap) {
+        int32_t *b = hx_realloc(s->table.blocks, (size_t)n_blocks * sizeof *b);
+        if (!b) { /* no memory: give the blocks back, the prefix is recomputed instead */
+            for (int32_t i = 0; i < n_blocks; i++) hx_kv_pool_release(s->pool, blocks[i]);
+            return;
+        }
+        s->table.blocks = b;
+        s->table.cap = n_blocks;
+    }
+    memcpy(s->table.blocks, blocks, (size_t)n_blocks * sizeof *blocks);
+    s->table.n_blocks = n_blocks;
+    s->table.n_ctx = n;
+    memcpy(s->tokens, tokens, (size_t)n * sizeof *tokens);
+    s->n_tokens = n;
+}
+
+const int32_t *hx_sequence_blocks(const hx_sequence *s, int32_t *n_blocks)
+{
+    *n_blocks = s->table.n_blocks;
+    return s->table.blocks;
 }
 
 const int32_t *hx_sequence_tokens(const hx_sequence *s, int32_t *n)
@@ -77,32 +151,13 @@ const int32_t *hx_sequence_tokens(const hx_sequence *s, int32_t *n)
     return s->tokens;
 }
 
-/* Runs ids[0..n) at the end of the cache; the logits of the last row land in s->logits.
- * HX_E_CANCELLED when gp->cancelled says so between two chunks. */
-static hx_status feed(hx_sequence *s, const int32_t *ids, int32_t n, const hx_gen_params *gp,
-                      void *user, hx_err *err)
+void hx_sequence_kv_blocks(const hx_sequence *s, int32_t *used, int32_t *total)
 {
-    for (int32_t done = 0; done < n;) {
-        if (gp->cancelled && gp->cancelled(user)) return HX_E_CANCELLED;
-        const int32_t c = n - done < s->m->max_tok ? n - done : (int32_t)s->m->max_tok;
-        const int32_t p0 = s->n_tokens;
-        hx_status st = hx_kv_table_reserve(s->pool, &s->table, p0 + c, err);
-        if (st != HX_OK) return st;
-        for (int32_t i = 0; i < c; i++) {
-            s->pos[i] = p0 + i;
-            s->tokens[p0 + i] = ids[done + i];
-        }
-        s->table.n_ctx = p0 + c;
-        s->rows[0] = c - 1;
-        hx_kv_seq kvs = {s->table.blocks, s->table.n_ctx};
-        hx_batch b = {.n_tok = c, .tokens = ids + done, .pos = s->pos, .seq = s->seq,
-                      .seqs = &kvs, .n_seqs = 1, .logit_rows = s->rows, .n_logits = 1};
-        if ((st = hx_llm_forward(s->m, &s->pool->store, &b, s->logits, err)) != HX_OK) return st;
-        s->n_tokens = p0 + c;
-        done += c;
-    }
-    return HX_OK;
+    *used = s->table.n_blocks;
+    *total = s->pool->store.n_blocks;
 }
+
+/* ---- stop strings ---- */
 
 /* Length of the longest suffix of text[0..n) that is a proper prefix of a stop string: that
  * much must be held back, since the next token may complete the stop string. */
@@ -137,114 +192,212 @@ static long find_stop(const char *text, size_t n, const hx_gen_params *gp, int32
     return best;
 }
 
-hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
-                              const hx_gen_params *gp, hx_gen_cb cb, void *user,
-                              hx_gen_stats *stats, hx_err *err)
+/* ---- one generation ---- */
+
+hx_status hx_gen_begin(hx_sequence *s, const int32_t *prompt, int32_t n, const hx_gen_params *gp,
+                       hx_gen_cb cb, void *user, hx_gen **out, hx_err *err)
 {
-    const double t0 = now_ms();
-    hx_gen_stats st_ = {0};
-    hx_gen_stats *stt = stats ? stats : &st_;
-    memset(stt, 0, sizeof *stt);
-    stt->n_prompt = n;
-    stt->stop_index = -1;
     if (n < 1) return hx_err_set(err, HX_E_INVALID, "empty prompt");
     if (n >= s->n_ctx)
         return hx_err_set(err, HX_E_CONTEXT,
                           "the prompt has %d tokens but the context holds %d: no room to generate",
                           n, s->n_ctx);
+    hx_gen *g = hx_calloc(1, sizeof *g);
+    if (!g) return hx_err_set(err, HX_E_NOMEM, "out of memory");
+    g->t0 = now_ms();
+    g->s = s, g->gp = gp, g->cb = cb, g->user = user;
+    g->n_prompt = n;
+    g->stats.n_prompt = n;
+    g->stats.stop_index = -1;
+    g->stats.finish = HX_FINISH_LENGTH;
+    g->limit = gp->max_tokens > 0 ? gp->max_tokens : s->n_ctx - n;
+    hx_detok_init(&g->dt, s->tok, 0);
+    hx_status st = hx_sampler_init(&gp->sampling, s->m->hp.n_vocab, &g->smp, err);
+    if (st != HX_OK) {
+        hx_detok_free(&g->dt);
+        hx_free(g);
+        return st;
+    }
+    for (int32_t i = 0; i < n; i++) hx_sampler_accept(g->smp, prompt[i]);
     /* Keep the common prefix with the cache, but always re-run at least the last prompt token:
      * its logits are needed to sample the first new token. */
     int32_t keep = 0;
     while (keep < s->n_tokens && keep < n - 1 && s->tokens[keep] == prompt[keep]) keep++;
     hx_kv_table_truncate(s->pool, &s->table, keep);
     s->n_tokens = keep;
-    stt->n_cached = keep;
+    memcpy(s->tokens + keep, prompt + keep, (size_t)(n - keep) * sizeof *prompt);
+    g->n_known = n;
+    g->stats.n_cached = keep;
+    *out = g;
+    return HX_OK;
+}
 
-    hx_sampler *smp = NULL;
-    hx_detok dt;
-    hx_detok_init(&dt, s->tok, 0);
-    char *text = NULL; /* generated text not yet handed to the callback */
-    size_t text_len = 0, text_cap = 0;
-    hx_status st = hx_sampler_init(&gp->sampling, s->m->hp.n_vocab, &smp, err);
-    if (st != HX_OK) goto done;
-    for (int32_t i = 0; i < n; i++) hx_sampler_accept(smp, prompt[i]);
-    if ((st = feed(s, prompt + keep, n - keep, gp, user, err)) != HX_OK) {
-        if (st == HX_E_CANCELLED) st = HX_OK, stt->finish = HX_FINISH_CANCELLED;
-        goto done;
-    }
-    stt->prompt_ms = now_ms() - t0;
+int32_t hx_gen_pending(const hx_gen *g) { return g->done ? 0 : g->n_known - g->s->n_tokens; }
 
-    const int32_t limit = gp->max_tokens > 0 ? gp->max_tokens : s->n_ctx - n;
-    stt->finish = HX_FINISH_LENGTH;
-    double t_first = 0;
-    bool stopped_by_string = false;
-    for (;;) {
-        hx_token_logprobs lp;
-        const int32_t tok = hx_sampler_sample(smp, s->logits, &lp);
-        if (stt->n_gen == 0) t_first = now_ms(), stt->first_ms = t_first - t0;
-        if (!gp->ignore_eos && (hx_tokenizer_is_eot(s->tok, tok) || tok == hx_tokenizer_eos(s->tok))) {
-            stt->finish = HX_FINISH_STOP;
-            break;
-        }
-        hx_sampler_accept(smp, tok);
-        stt->n_gen++;
-        const char *piece;
-        size_t plen;
-        if ((st = hx_detok_push(&dt, tok, &piece, &plen, err)) != HX_OK) goto done;
-        if (text_len + plen + 1 > text_cap) {
-            size_t cap = (text_len + plen + 1) * 2;
-            char *p = hx_realloc(text, cap);
-            if (!p) { st = hx_err_set(err, HX_E_NOMEM, "out of memory"); goto done; }
-            text = p, text_cap = cap;
-        }
-        memcpy(text + text_len, piece, plen);
-        text_len += plen;
-        const long at = find_stop(text, text_len, gp, &stt->stop_index);
-        if (at >= 0) { /* hand over what precedes the stop string, drop the rest */
-            if (at > 0 && cb && !cb(text, (size_t)at, &lp, user)) stt->finish = HX_FINISH_CANCELLED;
-            else stt->finish = HX_FINISH_STOP;
-            stopped_by_string = true;
-            break;
-        }
-        const size_t ready = text_len - pending_stop_prefix(text, text_len, gp);
-        if (ready > 0 || gp->every_token) {
-            if (cb && !cb(text, ready, &lp, user)) {
-                stt->finish = HX_FINISH_CANCELLED;
-                text_len = 0;
-                break;
-            }
-            memmove(text, text + ready, text_len - ready);
-            text_len -= ready;
-        }
-        if (stt->n_gen >= limit || s->n_tokens + 1 >= s->n_ctx) break;
-        if ((st = feed(s, &tok, 1, gp, user, err)) != HX_OK) {
-            if (st != HX_E_CANCELLED) goto done;
-            st = HX_OK;
-            stt->finish = HX_FINISH_CANCELLED;
-            break;
-        }
+bool hx_gen_prefilling(const hx_gen *g) { return !g->done && g->s->n_tokens < g->n_prompt - 1; }
+
+bool hx_gen_done(const hx_gen *g) { return g->done; }
+
+hx_status hx_gen_reserve(hx_gen *g, int32_t rows, hx_err *err)
+{
+    return hx_kv_table_reserve(g->s->pool, &g->s->table, g->s->n_tokens + rows, err);
+}
+
+void hx_gen_rows(const hx_gen *g, int32_t rows, int32_t seq, int32_t *tokens, int32_t *pos,
+                 int32_t *seq_ids, hx_kv_seq *kv)
+{
+    const hx_sequence *s = g->s;
+    for (int32_t i = 0; i < rows; i++) {
+        tokens[i] = s->tokens[s->n_tokens + i];
+        pos[i] = s->n_tokens + i;
+        seq_ids[i] = seq;
     }
-    if (stt->finish != HX_FINISH_CANCELLED && !stopped_by_string) {
+    *kv = (hx_kv_seq){s->table.blocks, s->n_tokens + rows};
+}
+
+void hx_gen_preempt(hx_gen *g)
+{
+    hx_kv_table_truncate(g->s->pool, &g->s->table, 0);
+    g->s->n_tokens = 0;
+}
+
+void hx_gen_cancel(hx_gen *g)
+{
+    if (g->done) return;
+    g->stats.finish = HX_FINISH_CANCELLED;
+    g->done = true;
+}
+
+/* Hands text to the callback; a callback asking to stop cancels the generation. */
+static void emit(hx_gen *g, const char *text, size_t len, const hx_token_logprobs *lp)
+{
+    if (g->cb && !g->cb(text, len, lp, g->user)) hx_gen_cancel(g);
+}
+
+/* Samples the next token from logits and handles what it means: the end of the turn, text
+ * (held back while a stop string may be forming), a stop string, the length limits. */
+static void sample_next(hx_gen *g, float *logits)
+{
+    hx_sequence *s = g->s;
+    hx_gen_stats *st = &g->stats;
+    hx_token_logprobs lp;
+    const int32_t tok = hx_sampler_sample(g->smp, logits, &lp);
+    if (st->n_gen == 0) {
+        g->t_first = now_ms();
+        st->first_ms = g->t_first - g->t0;
+        st->prompt_ms = st->first_ms;
+    }
+    if (!g->gp->ignore_eos && (hx_tokenizer_is_eot(s->tok, tok) || tok == hx_tokenizer_eos(s->tok))) {
+        st->finish = HX_FINISH_STOP;
+        g->done = true;
+        return;
+    }
+    hx_sampler_accept(g->smp, tok);
+    st->n_gen++;
+    s->tokens[g->n_known++] = tok; /* fed in the next step */
+    const char *piece;
+    size_t plen;
+    hx_status rc = hx_detok_push(&g->dt, tok, &piece, &plen, &g->err);
+    if (rc == HX_OK && g->text_len + plen + 1 > g->text_cap) {
+        const size_t cap = (g->text_len + plen + 1) * 2;
+        char *p = hx_realloc(g->text, cap);
+        if (p) g->text = p, g->text_cap = cap;
+        else rc = hx_err_set(&g->err, HX_E_NOMEM, "out of memory");
+    }
+    if (rc != HX_OK) {
+        g->status = rc;
+        g->done = true;
+        return;
+    }
+    memcpy(g->text + g->text_len, piece, plen);
+    g->text_len += plen;
+    const long at = find_stop(g->text, g->text_len, g->gp, &st->stop_index);
+    if (at >= 0) { /* hand over what precedes the stop string, drop the rest */
+        st->finish = HX_FINISH_STOP;
+        if (at > 0) emit(g, g->text, (size_t)at, &lp);
+        g->stopped_by_string = true;
+        g->done = true;
+        return;
+    }
+    const size_t ready = g->text_len - pending_stop_prefix(g->text, g->text_len, g->gp);
+    if (ready > 0 || g->gp->every_token) {
+        emit(g, g->text, ready, &lp);
+        if (g->done) {
+            g->text_len = 0;
+            return;
+        }
+        memmove(g->text, g->text + ready, g->text_len - ready);
+        g->text_len -= ready;
+    }
+    if (st->n_gen >= g->limit || g->n_known >= s->n_ctx) g->done = true; /* finish: LENGTH */
+}
+
+void hx_gen_fed(hx_gen *g, int32_t rows, float *logits)
+{
+    g->s->n_tokens += rows;
+    if (g->done) return;
+    if (g->gp->cancelled && g->gp->cancelled(g->user)) {
+        hx_gen_cancel(g);
+        return;
+    }
+    if (logits) sample_next(g, logits);
+}
+
+hx_status hx_gen_end(hx_gen *g, hx_gen_stats *stats, hx_err *err)
+{
+    hx_gen_stats *st = &g->stats;
+    hx_status rc = g->status;
+    if (rc == HX_OK && st->finish != HX_FINISH_CANCELLED && !g->stopped_by_string) {
         /* The end: what the detokenizer still holds, and text held back for a stop string that
          * never completed, are final now. */
         const char *rest;
         size_t rlen;
-        if ((st = hx_detok_flush(&dt, &rest, &rlen, err)) != HX_OK) goto done;
-        if (text_len > 0 && cb) cb(text, text_len, NULL, user);
-        if (rlen > 0 && cb) cb(rest, rlen, NULL, user);
+        rc = hx_detok_flush(&g->dt, &rest, &rlen, &g->err);
+        if (rc == HX_OK) {
+            if (g->text_len > 0 && g->cb) g->cb(g->text, g->text_len, NULL, g->user);
+            if (rlen > 0 && g->cb) g->cb(rest, rlen, NULL, g->user);
+        }
     }
-    stt->gen_ms = stt->n_gen > 0 ? now_ms() - t_first : 0;
-done:
-    hx_free(text);
-    hx_detok_free(&dt);
-    hx_sampler_free(smp);
-    return st;
+    if (st->n_gen == 0 && st->prompt_ms == 0) st->prompt_ms = now_ms() - g->t0;
+    st->gen_ms = st->n_gen > 0 ? now_ms() - g->t_first : 0;
+    if (rc != HX_OK) hx_err_set(err, rc, "%s", g->err.msg);
+    if (stats) *stats = *st;
+    hx_free(g->text);
+    hx_detok_free(&g->dt);
+    hx_sampler_free(g->smp);
+    hx_free(g);
+    return rc;
 }
 
-void hx_sequence_kv_blocks(const hx_sequence *s, int32_t *used, int32_t *total)
+/* ---- a generation alone ---- */
+
+hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
+                              const hx_gen_params *gp, hx_gen_cb cb, void *user,
+                              hx_gen_stats *stats, hx_err *err)
 {
-    *used = s->table.n_blocks;
-    *total = s->pool->store.n_blocks;
+    if (stats) memset(stats, 0, sizeof *stats);
+    hx_gen *g = NULL;
+    hx_status st = hx_gen_begin(s, prompt, n, gp, cb, user, &g, err);
+    if (st != HX_OK) return st;
+    while (!hx_gen_done(g)) {
+        const int32_t pending = hx_gen_pending(g);
+        const int32_t rows = pending < s->m->max_tok ? pending : (int32_t)s->m->max_tok;
+        if (gp->cancelled && gp->cancelled(user)) {
+            hx_gen_cancel(g);
+            break;
+        }
+        if ((st = hx_gen_reserve(g, rows, err)) != HX_OK) break;
+        hx_kv_seq kvs;
+        hx_gen_rows(g, rows, 0, s->ids, s->pos, s->seq, &kvs);
+        s->rows[0] = rows - 1; /* a middle chunk's logits are not used, but cost one row */
+        const bool last = rows == pending;
+        hx_batch b = {.n_tok = rows, .tokens = s->ids, .pos = s->pos, .seq = s->seq,
+                      .seqs = &kvs, .n_seqs = 1, .logit_rows = s->rows, .n_logits = 1};
+        if ((st = hx_llm_forward(s->m, &s->pool->store, &b, s->logits, err)) != HX_OK) break;
+        hx_gen_fed(g, rows, last ? s->logits : NULL);
+    }
+    const hx_status end = hx_gen_end(g, stats, err);
+    return st != HX_OK ? st : end;
 }
 
 int32_t hx_sequence_default_ctx(const hx_hparams *hp)

@@ -1,14 +1,17 @@
-/* sequence.h - one sequence's generation: prompt prefill, decode loop, stop conditions.
+/* sequence.h - one sequence's generation: prompt prefill, decode steps, stop conditions.
  *
- * A sequence holds a conversation's KV cache (a block table in the pool) and the tokens that
- * cache holds. Generating from a new prompt first keeps the longest common prefix of what is
- * cached (so a chat re-runs only the new turn), prefills the rest in chunks of the model's step
- * size, then decodes one token per step until an end-of-turn token, max_tokens, a stop string,
- * the context limit, or the callback asking to stop. Text reaches the callback as whole UTF-8
- * characters (hx_detok), with any text that could still become a stop string held back.
+ * A sequence holds a conversation's KV cache (a block table in a pool) and the tokens that cache
+ * holds. A generation (hx_gen) on it first keeps the longest common prefix of what is cached (so
+ * a chat re-runs only the new turn), then is fed in steps: prefill chunks of the prompt, then one
+ * token per step, each sampled from the logits of the row before, until an end-of-turn token,
+ * max_tokens, a stop string, the context limit, or cancellation. Text reaches the callback as
+ * whole UTF-8 characters (hx_detok), with any text that could still become a stop string held
+ * back.
  *
- * This is the single-sequence engine (issue 4); the batching scheduler (issue 6) will drive the
- * same model forward with rows of many sequences. Owner: one thread at a time. */
+ * The steps are driven from outside: hx_sequence_generate runs one generation alone (a batch of
+ * one), and the scheduler (executor.c) puts the rows of many generations into each forward
+ * step. Either way a generation goes through the same functions, so a feature works the same
+ * alone and batched. Owner: one thread at a time. */
 #ifndef HX_ENGINE_SEQUENCE_H
 #define HX_ENGINE_SEQUENCE_H
 #include <stdbool.h>
@@ -56,10 +59,57 @@ typedef struct hx_sequence hx_sequence;
  * n_ctx positions. */
 hx_status hx_sequence_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx_sequence **out,
                           hx_err *err);
+/* The same over a pool shared with other sequences (borrowed; the scheduler's): up to n_ctx
+ * positions, blocks taken from the pool as the sequence grows. */
+hx_status hx_sequence_init_shared(hx_llm *m, const hx_tokenizer *tok, hx_kv_pool *pool,
+                                  int32_t n_ctx, hx_sequence **out, hx_err *err);
 void      hx_sequence_free(hx_sequence *s); /* accepts NULL */
 
-/* Generates a continuation of prompt[0..n). HX_E_CONTEXT when the prompt leaves no room to
- * generate (message has both numbers). */
+/* Forgets what the cache holds, releasing its blocks. */
+void hx_sequence_clear(hx_sequence *s);
+/* Makes an empty sequence hold tokens[0..n_blocks * block_tokens) in blocks[] (references the
+ * caller already holds pass to the sequence): a prefix found in the prefix cache. */
+void hx_sequence_adopt(hx_sequence *s, const int32_t *tokens, const int32_t *blocks,
+                       int32_t n_blocks);
+/* The block table and how many positions hold KV (for the prefix cache). */
+const int32_t *hx_sequence_blocks(const hx_sequence *s, int32_t *n_blocks);
+
+/* ---- one generation, driven in steps ---- */
+
+typedef struct hx_gen hx_gen;
+
+/* Starts generating a continuation of prompt[0..n) on s (whose cache is kept up to the common
+ * prefix). On success *out is the generation; HX_E_CONTEXT when the prompt leaves no room to
+ * generate (message has both numbers), HX_E_INVALID for an empty prompt or bad sampling. gp
+ * (with the stop strings it points to) and user must outlive the generation. */
+hx_status hx_gen_begin(hx_sequence *s, const int32_t *prompt, int32_t n, const hx_gen_params *gp,
+                       hx_gen_cb cb, void *user, hx_gen **out, hx_err *err);
+/* Rows the generation wants fed next: the rest of the prompt, then 1 per step; 0 once done. */
+int32_t hx_gen_pending(const hx_gen *g);
+bool    hx_gen_prefilling(const hx_gen *g); /* still feeding its prompt */
+/* Makes KV room for the next `rows` rows. HX_E_CONTEXT when the pool is out of blocks (nothing
+ * changes then: free blocks and retry, or preempt). */
+hx_status hx_gen_reserve(hx_gen *g, int32_t rows, hx_err *err);
+/* Writes the next `rows` rows into a batch at its row r0 (tokens, positions, sequence index
+ * seq), and the sequence's KV view counting them. */
+void hx_gen_rows(const hx_gen *g, int32_t rows, int32_t seq, int32_t *tokens, int32_t *pos,
+                 int32_t *seq_ids, hx_kv_seq *kv);
+/* After a forward step fed `rows` rows: when they were the last pending ones, logits is the last
+ * row's [n_vocab] (modified: sampling works in place) and the next token is sampled, its text
+ * handed to the callback, and stop conditions checked; otherwise logits is NULL. */
+void hx_gen_fed(hx_gen *g, int32_t rows, float *logits);
+/* Gives back the generation's KV blocks; it re-feeds everything it holds later (preemption). */
+void hx_gen_preempt(hx_gen *g);
+bool hx_gen_done(const hx_gen *g);
+/* Stops a generation that has not finished (as cancelled). */
+void hx_gen_cancel(hx_gen *g);
+/* Ends the generation: flushes text still held back (unless cancelled or stopped by a stop
+ * string), fills stats, frees it. Returns its status (a failure inside a step, else HX_OK). */
+hx_status hx_gen_end(hx_gen *g, hx_gen_stats *stats, hx_err *err);
+
+/* Generates a continuation of prompt[0..n) alone: hx_gen_begin, then steps of one sequence
+ * until done. HX_E_CONTEXT when the prompt leaves no room to generate (message has both
+ * numbers). */
 hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
                               const hx_gen_params *gp, hx_gen_cb cb, void *user,
                               hx_gen_stats *stats, hx_err *err);
