@@ -90,9 +90,75 @@ static int test_full_pool_is_a_context_error(void)
     return 0;
 }
 
+/* Random allocs, retains (a block shared by several owners) and releases keep every reference
+ * count equal to the number of holds, the free list holds exactly the blocks nobody holds (each
+ * once), and everything comes back at the end. */
+static int test_random_share_and_release_keeps_refcounts_exact(void)
+{
+    enum { N = 32, MAX_HOLDS = 256 };
+    hx_backend *be = backend();
+    hx_kv_pool *p = NULL;
+    hx_err err = {0};
+    CHECK(be != NULL);
+    CHECK_EQ(hx_kv_pool_create(be, 1, 1, 4, 8, N, &p, &err), HX_OK);
+    int32_t holds[MAX_HOLDS];   /* one entry per reference held; a block may appear many times */
+    int32_t n_holds = 0;
+    uint32_t rng = 777;
+    for (int step = 0; step < 20000; step++) {
+        const uint32_t op = check_rng(&rng) % 3;
+        if (op == 0 && n_holds < MAX_HOLDS) {
+            int32_t want[N] = {0};
+            for (int32_t i = 0; i < n_holds; i++) want[holds[i]]++;
+            const int32_t id = hx_kv_pool_alloc(p);
+            if (id < 0) {
+                for (int32_t b = 0; b < N; b++) CHECK(want[b] > 0);  /* truly none was free */
+            } else {
+                CHECK(id < N);
+                CHECK_EQ(want[id], 0);                                /* never handed out twice */
+                holds[n_holds++] = id;
+            }
+        } else if (op == 1 && n_holds > 0 && n_holds < MAX_HOLDS) {
+            const int32_t id = holds[check_rng(&rng) % (uint32_t)n_holds];
+            hx_kv_pool_retain(p, id);
+            holds[n_holds++] = id;
+        } else if (n_holds > 0) {
+            const int32_t k = (int32_t)(check_rng(&rng) % (uint32_t)n_holds);
+            hx_kv_pool_release(p, holds[k]);
+            holds[k] = holds[--n_holds];
+        }
+        int32_t want[N] = {0}, n_zero = 0;
+        for (int32_t i = 0; i < n_holds; i++) want[holds[i]]++;
+        for (int32_t b = 0; b < N; b++) {
+            CHECK_EQ(p->refcount[b], want[b]);
+            n_zero += want[b] == 0;
+        }
+        CHECK_EQ(p->n_free, n_zero);
+        int seen[N] = {0};
+        for (int32_t i = 0; i < p->n_free; i++) {
+            const int32_t b = p->free_ids[i];
+            CHECK(b >= 0 && b < N);
+            CHECK_EQ(seen[b]++, 0);
+            CHECK_EQ(p->refcount[b], 0);
+        }
+    }
+    while (n_holds > 0) hx_kv_pool_release(p, holds[--n_holds]);
+    CHECK_EQ(p->n_free, N);
+    int seen[N] = {0};
+    for (int32_t i = 0; i < N; i++) {
+        const int32_t id = hx_kv_pool_alloc(p);
+        CHECK(id >= 0 && id < N);
+        CHECK_EQ(seen[id]++, 0);
+    }
+    CHECK_EQ(hx_kv_pool_alloc(p), -1);
+    hx_kv_pool_free(p);
+    be->destroy(be);
+    return 0;
+}
+
 static const check_case cases[] = {
     { "blocks_are_handed_out_once_and_come_back", test_blocks_are_handed_out_once_and_come_back },
     { "random_tables_never_leak", test_random_tables_never_leak },
     { "full_pool_is_a_context_error", test_full_pool_is_a_context_error },
+    { "random_share_and_release_keeps_refcounts_exact", test_random_share_and_release_keeps_refcounts_exact },
 };
 CHECK_MAIN(cases)

@@ -1,0 +1,414 @@
+/* prefix_cache.c - radix tree of full KV blocks keyed by token ids, one tree per adapter, with
+ * LRU eviction of leaves.
+ *
+ * Each edge is exactly one block of block_tokens ids, so a node is one cached block and a prompt
+ * that diverges from a cached one mid-path simply branches at the last common block: no node is
+ * ever split. Children sit in a small array per node, looked up by a 64-bit hash of their ids and
+ * confirmed by comparing the ids (a hash collision must never hand out the wrong KV).
+ *
+ * Recency is one doubly linked list of every node, least recently used at the head. A match or an
+ * insert moves its whole path to the tail, deepest node first, so each node always sits after all
+ * of its descendants (a descendant is either on the path, moved before it, or off the path and
+ * already further ahead). Eviction walks the list from the head: the first leaf it can drop is
+ * the least recently used one, and when dropping a leaf turns its parent into a leaf, the parent
+ * lies further along the same walk, so one pass evicts whole idle branches in LRU order. The head
+ * is always a leaf, so a walk only skips leaves that callers still hold and their ancestors.
+ *
+ * A note for the scheduler: match returns only full blocks, and a cached block must never be
+ * written again. A prompt whose every block is cached still needs its last token run to get
+ * logits, which would write KV into the last shared block; match n - 1 tokens to leave it out. */
+#include "kv/prefix_cache.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#include "base/alloc.h"
+
+/* ---- types ---- */
+
+typedef struct pc_node pc_node;
+struct pc_node {
+    pc_node  *parent;      /* NULL for an adapter root */
+    pc_node **kids;        /* [cap_kids], the first n_kids used; NULL when none yet */
+    int32_t   n_kids, cap_kids;
+    pc_node  *prev, *next; /* in the LRU list; adapter roots are never in it */
+    uint64_t  last_used;   /* tick of the last match or insert through this node */
+    uint64_t  hash;        /* of tokens; 0 for a root */
+    int32_t   block;       /* pool block id, one reference held; -1 for a root */
+    int32_t   tokens[];    /* [block_tokens]; absent for a root */
+};
+
+typedef struct {
+    uint64_t adapter;
+    pc_node *root; /* holds no block; freed once its last child is evicted */
+} pc_tree;
+
+/* Owner: the engine thread, like the pool it borrows. */
+struct hx_prefix_cache {
+    hx_kv_pool *pool;         /* borrowed */
+    int32_t     block_tokens;
+    int32_t     max_blocks;
+    int32_t     n_nodes;      /* nodes holding a block (roots excluded) */
+    uint64_t    tick;         /* bumped once per match or insert */
+    pc_tree    *trees;        /* [cap_trees], the first n_trees used */
+    int32_t     n_trees, cap_trees;
+    pc_node    *lru_head;     /* least recently used; every node after all its descendants */
+    pc_node    *lru_tail;     /* most recently used */
+};
+
+/* ---- helpers ---- */
+
+/* FNV-1a taking whole 32-bit ids as its units; only a fast first filter before comparing ids. */
+static uint64_t hash_tokens(const int32_t *t, int32_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int32_t i = 0; i < n; i++) {
+        h ^= (uint32_t)t[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static pc_node *find_kid(const hx_prefix_cache *c, const pc_node *parent, const int32_t *tokens,
+                         uint64_t hash)
+{
+    const size_t bytes = (size_t)c->block_tokens * sizeof(int32_t);
+    for (int32_t i = 0; i < parent->n_kids; i++) {
+        pc_node *k = parent->kids[i];
+        if (k->hash == hash && memcmp(k->tokens, tokens, bytes) == 0) return k;
+    }
+    return NULL;
+}
+
+static pc_tree *find_tree(const hx_prefix_cache *c, uint64_t adapter)
+{
+    for (int32_t i = 0; i < c->n_trees; i++)
+        if (c->trees[i].adapter == adapter) return &c->trees[i];
+    return NULL;
+}
+
+static void lru_unlink(hx_prefix_cache *c, pc_node *n)
+{
+    if (n->prev) n->prev->next = n->next;
+    else c->lru_head = n->next;
+    if (n->next) n->next->prev = n->prev;
+    else c->lru_tail = n->prev;
+    n->prev = n->next = NULL;
+}
+
+static void lru_append(hx_prefix_cache *c, pc_node *n)
+{
+    n->prev = c->lru_tail;
+    n->next = NULL;
+    if (c->lru_tail) c->lru_tail->next = n;
+    else c->lru_head = n;
+    c->lru_tail = n;
+}
+
+/* Marks leaf and all its ancestors used now, moving them to the tail deepest first so that every
+ * node stays behind its descendants in the list (see the file comment). */
+static void touch_path(hx_prefix_cache *c, pc_node *leaf)
+{
+    const uint64_t now = ++c->tick;
+    for (pc_node *n = leaf; n && n->parent; n = n->parent) {
+        n->last_used = now;
+        if (c->lru_tail != n) {
+            lru_unlink(c, n);
+            lru_append(c, n);
+        }
+    }
+}
+
+static bool add_kid(pc_node *parent, pc_node *kid)
+{
+    if (parent->n_kids == parent->cap_kids) {
+        const int32_t cap = parent->cap_kids ? parent->cap_kids * 2 : 2;
+        pc_node **k = hx_realloc(parent->kids, (size_t)cap * sizeof *k);
+        if (!k) return false;
+        parent->kids = k;
+        parent->cap_kids = cap;
+    }
+    parent->kids[parent->n_kids++] = kid;
+    kid->parent = parent;
+    return true;
+}
+
+static void free_node(pc_node *n)
+{
+    hx_free(n->kids);
+    hx_free(n);
+}
+
+/* Removes the empty tree whose root is root and frees the root. */
+static void drop_tree(hx_prefix_cache *c, pc_node *root)
+{
+    for (int32_t i = 0; i < c->n_trees; i++) {
+        if (c->trees[i].root != root) continue;
+        c->trees[i] = c->trees[--c->n_trees];
+        free_node(root);
+        return;
+    }
+    HX_ASSERT(!"adapter root missing from the tree list");
+}
+
+/* Drops leaf n: unlinks it from its parent and the LRU list, releases the cache's reference to its
+ * block and frees it. A root left without children goes too, so adapters that stop being used
+ * cost nothing. */
+static void evict_leaf(hx_prefix_cache *c, pc_node *n)
+{
+    HX_ASSERT(n->n_kids == 0 && n->parent != NULL);
+    pc_node *p = n->parent;
+    for (int32_t i = 0; i < p->n_kids; i++) {
+        if (p->kids[i] != n) continue;
+        p->kids[i] = p->kids[--p->n_kids];   /* sibling order carries no meaning */
+        break;
+    }
+    lru_unlink(c, n);
+    hx_kv_pool_release(c->pool, n->block);
+    free_node(n);
+    c->n_nodes--;
+    if (!p->parent && p->n_kids == 0) drop_tree(c, p);
+}
+
+/* Evicts least-recently-used leaves, only those no caller holds unless any_holder, until the
+ * cache holds at most keep nodes or want have gone; returns how many went. One pass suffices
+ * because a parent made a leaf lies later in the list than the child just evicted. */
+static int32_t evict_lru(hx_prefix_cache *c, int32_t want, int32_t keep, bool any_holder)
+{
+    int32_t done = 0;
+    pc_node *n = c->lru_head;
+    while (n && done < want && c->n_nodes > keep) {
+        pc_node *next = n->next;   /* evicting n frees only n (and maybe a root, not listed) */
+        if (n->n_kids == 0 && (any_holder || c->pool->refcount[n->block] == 1)) {
+            evict_leaf(c, n);
+            done++;
+        }
+        n = next;
+    }
+    return done;
+}
+
+/* ---- lifetime ---- */
+
+hx_status hx_prefix_cache_create(hx_kv_pool *pool, int32_t block_tokens, int32_t max_blocks,
+                                 hx_prefix_cache **out, hx_err *err)
+{
+    if (!pool || block_tokens < 1 || block_tokens != pool->store.block_tokens || max_blocks < 0)
+        return hx_err_set(err, HX_E_INVALID,
+                          "prefix cache of %d blocks x %d tokens is invalid (pool blocks hold %d)",
+                          max_blocks, block_tokens, pool ? pool->store.block_tokens : 0);
+    hx_prefix_cache *c = hx_calloc(1, sizeof *c);
+    if (!c) return hx_err_set(err, HX_E_NOMEM, "out of memory for the prefix cache");
+    c->pool = pool;
+    c->block_tokens = block_tokens;
+    c->max_blocks = max_blocks;
+    *out = c;
+    return HX_OK;
+}
+
+void hx_prefix_cache_free(hx_prefix_cache *c)
+{
+    if (!c) return;
+    for (pc_node *n = c->lru_head, *next; n; n = next) {
+        next = n->next;
+        hx_kv_pool_release(c->pool, n->block);
+        free_node(n);
+    }
+    for (int32_t i = 0; i < c->n_trees; i++) free_node(c->trees[i].root);
+    hx_free(c->trees);
+    hx_free(c);
+}
+
+/* ---- core ---- */
+
+int32_t hx_prefix_cache_match(hx_prefix_cache *c, uint64_t adapter, const int32_t *tokens,
+                              int32_t n, int32_t *blocks, int32_t max_blocks)
+{
+    const int32_t bt = c->block_tokens;
+    const pc_tree *t = find_tree(c, adapter);
+    if (!t || n < bt || max_blocks < 1) return 0;
+    pc_node *at = t->root;
+    int32_t n_match = 0;
+    for (int32_t i = 0; i < n / bt && n_match < max_blocks; i++) {
+        const int32_t *blk = tokens + (int64_t)i * bt;
+        pc_node *k = find_kid(c, at, blk, hash_tokens(blk, bt));
+        if (!k) break;
+        hx_kv_pool_retain(c->pool, k->block);
+        blocks[n_match++] = k->block;
+        at = k;
+    }
+    if (n_match > 0) touch_path(c, at);
+    return n_match;
+}
+
+void hx_prefix_cache_insert(hx_prefix_cache *c, uint64_t adapter, const int32_t *tokens,
+                            int32_t n, const int32_t *blocks)
+{
+    const int32_t bt = c->block_tokens;
+    /* Deeper blocks than max_blocks could never all stay: a node needs its whole path cached. */
+    const int32_t n_full = n / bt < c->max_blocks ? n / bt : c->max_blocks;
+    if (n_full < 1) return;
+
+    pc_tree *t = find_tree(c, adapter);
+    if (!t) {
+        if (c->n_trees == c->cap_trees) {
+            const int32_t cap = c->cap_trees ? c->cap_trees * 2 : 4;
+            pc_tree *tr = hx_realloc(c->trees, (size_t)cap * sizeof *tr);
+            if (!tr) return;                 /* best effort: nothing cached, nothing changed */
+            c->trees = tr;
+            c->cap_trees = cap;
+        }
+        pc_node *root = hx_calloc(1, sizeof *root);
+        if (!root) return;
+        root->block = -1;
+        t = &c->trees[c->n_trees++];
+        *t = (pc_tree){.adapter = adapter, .root = root};
+    }
+
+    pc_node *at = t->root;
+    const size_t node_bytes = sizeof(pc_node) + (size_t)bt * sizeof(int32_t);
+    for (int32_t i = 0; i < n_full; i++) {
+        const int32_t *blk = tokens + (int64_t)i * bt;
+        const uint64_t h = hash_tokens(blk, bt);
+        pc_node *k = find_kid(c, at, blk, h);
+        if (!k) {
+            k = hx_calloc(1, node_bytes);
+            if (!k) break;
+            if (!add_kid(at, k)) {
+                hx_free(k);
+                break;
+            }
+            k->hash = h;
+            k->block = blocks[i];
+            memcpy(k->tokens, blk, (size_t)bt * sizeof(int32_t));
+            hx_kv_pool_retain(c->pool, k->block);   /* asserts the caller holds it */
+            lru_append(c, k);                       /* touch_path below puts it in order */
+            c->n_nodes++;
+        }
+        at = k;
+    }
+    if (at->parent) touch_path(c, at);
+    else if (at->n_kids == 0) drop_tree(c, at);  /* a new root whose first node failed */
+
+    if (c->n_nodes > c->max_blocks) {
+        evict_lru(c, INT32_MAX, c->max_blocks, false);
+        evict_lru(c, INT32_MAX, c->max_blocks, true);
+    }
+}
+
+int32_t hx_prefix_cache_evict(hx_prefix_cache *c, int32_t want)
+{
+    if (want < 1) return 0;
+    return evict_lru(c, want, 0, false);
+}
+
+int32_t hx_prefix_cache_n_blocks(const hx_prefix_cache *c)
+{
+    return c->n_nodes;
+}
+
+/* ---- introspection ---- */
+
+int32_t hx_prefix_cache_list_blocks(const hx_prefix_cache *c, int32_t *ids, int32_t max)
+{
+    int32_t i = 0;
+    for (const pc_node *n = c->lru_head; n && i < max; n = n->next) ids[i++] = n->block;
+    return c->n_nodes;
+}
+
+/* Checks the links and sibling uniqueness of one node's children and adds their number to
+ * *n_kids; pos maps block id to LRU list position (-1: not listed). */
+static hx_status check_node(const hx_prefix_cache *c, const pc_node *n, const int32_t *pos,
+                            int32_t *n_kids, hx_err *err)
+{
+    const size_t bytes = (size_t)c->block_tokens * sizeof(int32_t);
+    *n_kids += n->n_kids;
+    for (int32_t i = 0; i < n->n_kids; i++) {
+        const pc_node *k = n->kids[i];
+        if (k->block < 0 || k->block >= c->pool->store.n_blocks || pos[k->block] < 0)
+            return hx_err_set(err, HX_E_INVALID, "block %d: in the tree, not in the LRU list",
+                              k->block);
+        if (k->parent != n)
+            return hx_err_set(err, HX_E_INVALID, "block %d: child of %d has another parent",
+                              k->block, n->block);
+        if (n->parent && pos[k->block] >= pos[n->block])
+            return hx_err_set(err, HX_E_INVALID,
+                              "block %d: LRU position %d is not before its parent %d's (%d)",
+                              k->block, pos[k->block], n->block, pos[n->block]);
+        if (k->hash != hash_tokens(k->tokens, c->block_tokens))
+            return hx_err_set(err, HX_E_INVALID, "block %d: stale token hash", k->block);
+        for (int32_t j = 0; j < i; j++)
+            if (memcmp(n->kids[j]->tokens, k->tokens, bytes) == 0)
+                return hx_err_set(err, HX_E_INVALID, "blocks %d and %d: siblings, same tokens",
+                                  n->kids[j]->block, k->block);
+    }
+    return HX_OK;
+}
+
+hx_status hx_prefix_cache_check(const hx_prefix_cache *c, hx_err *err)
+{
+    hx_status st = HX_OK;
+    const int32_t n_pool = c->pool->store.n_blocks;
+    int32_t *pos = hx_alloc((size_t)n_pool * sizeof *pos);   /* block id -> LRU position */
+    if (!pos) return hx_err_set(err, HX_E_NOMEM, "out of memory for the prefix cache check");
+    for (int32_t i = 0; i < n_pool; i++) pos[i] = -1;
+
+    int32_t count = 0, n_kids = 0;
+    uint64_t last_tick = 0;
+    for (const pc_node *n = c->lru_head, *prev = NULL; n; prev = n, n = n->next, count++) {
+        if (n->prev != prev || count > c->n_nodes) {
+            st = hx_err_set(err, HX_E_INVALID, "LRU list broken at position %d", count);
+            goto done;
+        }
+        if (n->block < 0 || n->block >= n_pool || !n->parent) {
+            st = hx_err_set(err, HX_E_INVALID, "LRU node %d holds block %d of %d", count,
+                            n->block, n_pool);
+            goto done;
+        }
+        if (pos[n->block] >= 0) {
+            st = hx_err_set(err, HX_E_INVALID, "block %d held by two nodes", n->block);
+            goto done;
+        }
+        if (c->pool->refcount[n->block] < 1) {
+            st = hx_err_set(err, HX_E_INVALID, "block %d cached with pool refcount %d",
+                            n->block, c->pool->refcount[n->block]);
+            goto done;
+        }
+        if (n->last_used < last_tick) {
+            st = hx_err_set(err, HX_E_INVALID, "block %d: LRU list out of tick order",
+                            n->block);
+            goto done;
+        }
+        last_tick = n->last_used;
+        pos[n->block] = count;
+    }
+    if (count != c->n_nodes || (c->lru_tail && c->lru_tail->next)) {
+        st = hx_err_set(err, HX_E_INVALID, "LRU list holds %d nodes, the count says %d", count,
+                        c->n_nodes);
+        goto done;
+    }
+    for (int32_t i = 0; i < c->n_trees && st == HX_OK; i++) {
+        const pc_node *r = c->trees[i].root;
+        if (r->parent || r->n_kids == 0) {
+            st = hx_err_set(err, HX_E_INVALID, "adapter %llu: root is empty or has a parent",
+                            (unsigned long long)c->trees[i].adapter);
+            goto done;
+        }
+        for (int32_t j = 0; j < i; j++)
+            if (c->trees[j].adapter == c->trees[i].adapter) {
+                st = hx_err_set(err, HX_E_INVALID, "adapter %llu has two trees",
+                                (unsigned long long)c->trees[i].adapter);
+                goto done;
+            }
+        st = check_node(c, r, pos, &n_kids, err);
+    }
+    for (const pc_node *n = c->lru_head; n && st == HX_OK; n = n->next)
+        st = check_node(c, n, pos, &n_kids, err);
+    /* Every listed node is some node's child exactly once, or a node is unreachable. */
+    if (st == HX_OK && n_kids != c->n_nodes)
+        st = hx_err_set(err, HX_E_INVALID, "the trees link %d nodes, the LRU list holds %d",
+                        n_kids, c->n_nodes);
+done:
+    hx_free(pos);
+    return st;
+}
