@@ -23,6 +23,11 @@ static void usage(void)
             "  --timeout S       idle connection timeout in seconds (default 60)\n"
             "  --ctx N           context positions (default: the model's, at most 8192)\n"
             "  --max-tokens N    reply limit when a request sets none (default 512)\n"
+            "  --batch N         requests generating together (default 8; more wait in order)\n"
+            "  --step-tokens N   rows per engine step: a long prompt is prefilled in chunks of\n"
+            "                    this size between the others' tokens (default 256)\n"
+            "  --prompt-cache GB KV of earlier prompts kept for reuse by common prefix\n"
+            "                    (default 2; 0 turns it off)\n"
             "  --threads N       CPU threads (default: physical cores)\n"
             "  --temp T --top-k K --top-p P --min-p P --seed S\n"
             "                    sampling defaults for requests (over the model's own)\n"
@@ -87,6 +92,16 @@ int hx_cmd_serve(int argc, char **argv)
         else if (strcmp(a, "--timeout") == 0) { if (!int_arg(a, v, 1, 86400, &x)) return 2; o.timeout_s = (int)x; }
         else if (strcmp(a, "--ctx") == 0) { if (!int_arg(a, v, 0, 1 << 24, &x)) return 2; o.n_ctx = (int32_t)x; }
         else if (strcmp(a, "--max-tokens") == 0) { if (!int_arg(a, v, 1, 1 << 24, &x)) return 2; o.max_tokens = (int32_t)x; }
+        else if (strcmp(a, "--batch") == 0) { if (!int_arg(a, v, 1, 64, &x)) return 2; o.n_batch = (int32_t)x; }
+        else if (strcmp(a, "--step-tokens") == 0) { if (!int_arg(a, v, 16, 256, &x)) return 2; o.step_tokens = (int32_t)x; }
+        else if (strcmp(a, "--prompt-cache") == 0) {
+            char *end;
+            o.prompt_cache_gb = strtod(v, &end);
+            if (*v == '\0' || *end != '\0' || !(o.prompt_cache_gb >= 0 && o.prompt_cache_gb <= 1024)) {
+                fprintf(stderr, "hearth serve: --prompt-cache wants GB from 0 to 1024, got '%s'\n", v);
+                return 2;
+            }
+        }
         else if (strcmp(a, "--threads") == 0) { if (!int_arg(a, v, 0, 1024, &x)) return 2; o.n_threads = (int)x; }
         else {
             fprintf(stderr, "hearth serve: unknown option %s\n\n", a);

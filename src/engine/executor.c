@@ -1,10 +1,11 @@
-/* executor.c - the engine thread and its FIFO of jobs (see executor.h).
+/* executor.c - the engine thread: the FIFO of jobs and the batching scheduler (see executor.h).
  *
- * One mutex guards everything shared: the queue, every job's event list and reference count,
- * and the statistics. The engine thread holds it only to take a job and to append an event,
- * never while the model runs, so an HTTP thread waits at most for an append. Lock order: there
- * is only ex->mu. A job has two references, the reader's and the engine's (or the queue's); the
- * last one to let go frees it. */
+ * One mutex guards everything HTTP threads share with the engine: the queue, every job's event
+ * list and reference count, and the statistics. The engine holds it only to take jobs, to append
+ * an event and to publish figures, never while the model runs. Lock order: there is only ex->mu.
+ * A job has two references, the reader's and the engine's (or the queue's); the last one to let
+ * go frees it. Slots, sequences, the KV pool and the prefix cache belong to the engine thread
+ * alone and need no lock. */
 #define _POSIX_C_SOURCE 200809L
 #include "engine/executor.h"
 
@@ -15,6 +16,7 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "kv/prefix_cache.h"
 
 struct hx_job {
     hx_executor   *ex;
@@ -31,17 +33,36 @@ struct hx_job {
     int32_t        refs;
 };
 
+/* One running job: its sequence (in the shared pool) and its generation. */
+typedef struct {
+    hx_job       *job;   /* NULL: the slot is free */
+    hx_sequence  *seq;
+    hx_gen       *gen;
+    hx_gen_params gp;    /* the job's, with the engine's hooks; outlives gen */
+    int64_t       order; /* admission number: the newest is preempted first */
+    int32_t       rows;  /* rows in the current step, and where its logits are (-1: none) */
+    int32_t       i_logit;
+    bool          prompt_cached; /* its prompt's blocks are in the prefix cache already */
+} slot;
+
 struct hx_executor {
     pthread_mutex_t   mu;
     pthread_cond_t    work;    /* a job was queued, or shutdown */
     pthread_t         thread;
     bool              thread_started, stopping;
     hx_job           *q_head, *q_tail;
-    hx_job           *running; /* the job the engine runs now, or NULL */
-    int32_t           max_queue;
-    hx_sequence      *seq;     /* owned by the engine thread */
-    int32_t           n_ctx;
+    hx_executor_params p;
     hx_executor_stats stats;
+    /* the engine thread's own */
+    hx_llm           *m;
+    hx_kv_pool       *pool;
+    hx_prefix_cache  *cache;   /* NULL when p.cache_blocks is 0 */
+    slot             *slots;   /* [p.n_batch] */
+    int64_t           n_admitted;
+    /* one step's batch: [step_tokens] rows, [n_batch] sequences and logit rows */
+    int32_t          *ids, *pos, *seq, *logit_rows;
+    hx_kv_seq        *kvs;
+    float            *logits;  /* [n_batch, n_vocab] */
 };
 
 /* ---- completions and events ---- */
@@ -136,77 +157,305 @@ static bool on_text(const char *text, size_t len, const hx_token_logprobs *lp, v
     return !job_cancelled(j);
 }
 
-static void run_job(hx_executor *ex, hx_job *j)
+/* Publishes the KV figures (ex->mu held). */
+static void kv_figures(hx_executor *ex)
 {
-    hx_gen_params gp = j->c->gp;
-    gp.cancelled = job_cancelled;
-    gp.every_token = j->c->logprobs; /* one logprob record per token, text or not */
-    hx_gen_stats gs = {0};
-    hx_err err = {0};
-    hx_status st = HX_OK;
-    if (!job_cancelled(j))
-        st = hx_sequence_generate(ex->seq, j->c->prompt, j->c->n_prompt, &gp, on_text, j, &gs, &err);
-    else
-        gs.finish = HX_FINISH_CANCELLED, gs.n_prompt = j->c->n_prompt, gs.stop_index = -1;
+    ex->stats.kv_blocks_total = ex->pool->store.n_blocks;
+    ex->stats.kv_blocks_used = ex->pool->store.n_blocks - ex->pool->n_free;
+    ex->stats.kv_blocks_cached = ex->cache ? hx_prefix_cache_n_blocks(ex->cache) : 0;
+}
 
-    int32_t used, total;
-    hx_sequence_kv_blocks(ex->seq, &used, &total);
+/* Ends a job: DONE with its status and figures, statistics, the engine's reference dropped. */
+static void job_done(hx_executor *ex, hx_job *j, hx_status st, const char *msg,
+                     const hx_gen_stats *gs)
+{
     pthread_mutex_lock(&ex->mu);
-    if (st == HX_OK && j->oom) st = hx_err_set(&err, HX_E_NOMEM, "out of memory for the reply");
-    else if (st == HX_OK && gs.finish == HX_FINISH_CANCELLED) st = HX_E_CANCELLED;
-    job_finish(j, st, st == HX_OK || st == HX_E_CANCELLED ? NULL : err.msg, &gs);
-    ex->running = NULL;
+    if (st == HX_OK && j->oom) st = HX_E_NOMEM, msg = "out of memory for the reply";
+    else if (st == HX_OK && gs->finish == HX_FINISH_CANCELLED) st = HX_E_CANCELLED;
+    job_finish(j, st, st == HX_OK || st == HX_E_CANCELLED ? NULL : msg, gs);
     hx_executor_stats *s = &ex->stats;
     s->n_served++;
-    s->n_active = 0;
-    s->n_prompt_tokens += gs.n_prompt;
-    s->n_cached_tokens += gs.n_cached;
-    s->n_gen_tokens += gs.n_gen;
-    s->prompt_ms += gs.prompt_ms;
-    s->gen_ms += gs.gen_ms;
-    s->n_gen_timed += gs.n_gen > 1 ? gs.n_gen - 1 : 0;
-    s->last = gs;
-    s->kv_blocks_used = used;
-    s->kv_blocks_total = total;
+    s->n_prompt_tokens += gs->n_prompt;
+    s->n_cached_tokens += gs->n_cached;
+    s->n_gen_tokens += gs->n_gen;
+    s->prompt_ms += gs->prompt_ms;
+    s->gen_ms += gs->gen_ms;
+    s->n_gen_timed += gs->n_gen > 1 ? gs->n_gen - 1 : 0;
+    s->last = *gs;
+    kv_figures(ex);
     job_unref(j);
     pthread_mutex_unlock(&ex->mu);
+}
+
+/* Starts job j in slot sl: the longest cached prefix of its prompt first, then the generation. */
+static void slot_start(hx_executor *ex, slot *sl, hx_job *j)
+{
+    const hx_completion *c = j->c;
+    sl->job = j;
+    sl->order = ex->n_admitted++;
+    sl->prompt_cached = false;
+    sl->gp = c->gp;
+    sl->gp.cancelled = job_cancelled;
+    sl->gp.every_token = c->logprobs; /* one logprob record per token, text or not */
+    hx_sequence_clear(sl->seq);
+    if (ex->cache && c->n_prompt > 1) {
+        /* Whole blocks only, and never the last prompt token: its logits must be computed. */
+        int32_t blocks[512];
+        int32_t max = (c->n_prompt - 1) / 16;
+        if (max > (int32_t)HX_COUNTOF(blocks)) max = (int32_t)HX_COUNTOF(blocks);
+        const int32_t got = hx_prefix_cache_match(ex->cache, 0, c->prompt, c->n_prompt, blocks, max);
+        if (got > 0) hx_sequence_adopt(sl->seq, c->prompt, blocks, got);
+    }
+    hx_err err = {0};
+    const hx_status st = hx_gen_begin(sl->seq, c->prompt, c->n_prompt, &sl->gp, on_text, j,
+                                      &sl->gen, &err);
+    if (st != HX_OK) {
+        const hx_gen_stats gs = {.n_prompt = c->n_prompt, .stop_index = -1};
+        hx_sequence_clear(sl->seq);
+        sl->job = NULL;
+        job_done(ex, j, st, err.msg, &gs);
+    }
+}
+
+/* Ends the job of slot sl; its sequence's full blocks go to the prefix cache. */
+static void slot_finish(hx_executor *ex, slot *sl, hx_status failed, const char *msg)
+{
+    hx_gen_stats gs = {0};
+    hx_err err = {0};
+    hx_status st = hx_gen_end(sl->gen, &gs, &err);
+    if (failed != HX_OK) st = failed, snprintf(err.msg, sizeof err.msg, "%s", msg);
+    if (ex->cache && st == HX_OK) {
+        int32_t n_blocks, n_tokens;
+        const int32_t *blocks = hx_sequence_blocks(sl->seq, &n_blocks);
+        const int32_t *tokens = hx_sequence_tokens(sl->seq, &n_tokens);
+        hx_prefix_cache_insert(ex->cache, 0, tokens, n_tokens, blocks);
+    }
+    hx_sequence_clear(sl->seq);
+    hx_job *j = sl->job;
+    sl->job = NULL;
+    sl->gen = NULL;
+    job_done(ex, j, st, err.msg, &gs);
+}
+
+/* Makes `rows` rows of KV room for slot sl: from the free list, else by evicting cached
+ * prefixes, else by preempting the newest other running slot not already in this step (its KV
+ * is recomputed when it runs again; what it generated so far stays). false: no room now. */
+static bool make_room(hx_executor *ex, slot *sl, int32_t rows)
+{
+    hx_err err = {0};
+    for (;;) {
+        if (hx_gen_reserve(sl->gen, rows, &err) == HX_OK) return true;
+        if (ex->cache && hx_prefix_cache_evict(ex->cache, rows / 16 + 1) > 0) continue;
+        slot *victim = NULL;
+        for (int32_t i = 0; i < ex->p.n_batch; i++) {
+            slot *o = &ex->slots[i];
+            int32_t held;
+            hx_sequence_blocks(o->seq, &held);
+            if (o != sl && o->job && o->rows == 0 && held > 0 && !hx_gen_done(o->gen) &&
+                (!victim || o->order > victim->order))
+                victim = o;
+        }
+        if (!victim || victim->order < sl->order) return false; /* sl itself is the newest */
+        hx_gen_preempt(victim->gen);
+        pthread_mutex_lock(&ex->mu);
+        ex->stats.n_preempted++;
+        pthread_mutex_unlock(&ex->mu);
+    }
+}
+
+/* Adds up to `budget` rows of slot sl to the step's batch; returns the rows added. */
+static int32_t batch_add(hx_executor *ex, slot *sl, int32_t n_rows, int32_t n_seqs,
+                         int32_t *n_logits, int32_t budget)
+{
+    const int32_t pending = hx_gen_pending(sl->gen);
+    const int32_t rows = pending < budget ? pending : budget;
+    if (rows <= 0 || !make_room(ex, sl, rows)) return 0;
+    hx_gen_rows(sl->gen, rows, n_seqs, ex->ids + n_rows, ex->pos + n_rows, ex->seq + n_rows,
+                &ex->kvs[n_seqs]);
+    sl->rows = rows;
+    sl->i_logit = -1;
+    if (rows == pending) { /* its last known token: the next one is sampled from this row */
+        sl->i_logit = *n_logits;
+        ex->logit_rows[(*n_logits)++] = n_rows + rows - 1;
+    }
+    return rows;
+}
+
+/* One forward step over every running slot: a decode row for each generating one, then prefill
+ * chunks in admission order while the step has room. */
+static void step(hx_executor *ex)
+{
+    const int32_t n_batch = ex->p.n_batch, budget = ex->p.step_tokens;
+    slot *order[64];
+    int32_t n_order = 0;
+    for (int32_t i = 0; i < n_batch; i++) {
+        ex->slots[i].rows = 0;
+        if (ex->slots[i].job) order[n_order++] = &ex->slots[i];
+    }
+    for (int32_t a = 1; a < n_order; a++) /* admission order: the oldest prefill goes first */
+        for (int32_t b = a; b > 0 && order[b]->order < order[b - 1]->order; b--) {
+            slot *t = order[b];
+            order[b] = order[b - 1], order[b - 1] = t;
+        }
+    int32_t n_rows = 0, n_seqs = 0, n_logits = 0;
+    slot *in_batch[64];
+    for (int pass = 0; pass < 2; pass++)
+        for (int32_t i = 0; i < n_order && n_rows < budget; i++) {
+            slot *sl = order[i];
+            const bool decoding = !hx_gen_prefilling(sl->gen);
+            if (sl->rows > 0 || hx_gen_done(sl->gen) || decoding != (pass == 0)) continue;
+            const int32_t got = batch_add(ex, sl, n_rows, n_seqs, &n_logits, budget - n_rows);
+            if (got > 0) in_batch[n_seqs++] = sl, n_rows += got;
+        }
+    if (n_rows == 0) {
+        /* Nobody could get KV room, and nothing else holds blocks to wait for: the pool is too
+         * small for what remains. The oldest unfinished job ends rather than spinning. */
+        for (int32_t i = 0; i < n_order; i++)
+            if (!hx_gen_done(order[i]->gen)) {
+                hx_gen_cancel(order[i]->gen);
+                slot_finish(ex, order[i], HX_E_CONTEXT, "the KV cache is full: no room to go on");
+                break;
+            }
+        goto finish;
+    }
+    {
+        hx_err err = {0};
+        if (n_logits == 0) ex->logit_rows[n_logits++] = n_rows - 1; /* a prefill middle chunk */
+        const hx_batch b = {.n_tok = n_rows, .tokens = ex->ids, .pos = ex->pos, .seq = ex->seq,
+                            .seqs = ex->kvs, .n_seqs = n_seqs, .logit_rows = ex->logit_rows,
+                            .n_logits = n_logits};
+        const hx_status st = hx_llm_forward(ex->m, &ex->pool->store, &b, ex->logits, &err);
+        const int32_t n_vocab = ex->m->hp.n_vocab;
+        for (int32_t i = 0; i < n_seqs; i++) {
+            slot *sl = in_batch[i];
+            if (st != HX_OK) {
+                hx_gen_cancel(sl->gen);
+                slot_finish(ex, sl, st, err.msg);
+                continue;
+            }
+            hx_gen_fed(sl->gen, sl->rows,
+                       sl->i_logit >= 0 ? ex->logits + (size_t)sl->i_logit * n_vocab : NULL);
+            if (ex->cache && !sl->prompt_cached && sl->i_logit >= 0) {
+                /* The prompt is in the cache now: a request with the same beginning that arrives
+                 * while this one still generates starts after it. Its full blocks are final;
+                 * only the partial last one is still written, and that one is not shared. */
+                int32_t n_blocks, n_tokens;
+                const int32_t *blocks = hx_sequence_blocks(sl->seq, &n_blocks);
+                const int32_t *tokens = hx_sequence_tokens(sl->seq, &n_tokens);
+                hx_prefix_cache_insert(ex->cache, 0, tokens, n_tokens, blocks);
+                sl->prompt_cached = true;
+            }
+        }
+        pthread_mutex_lock(&ex->mu);
+        ex->stats.n_steps++;
+        kv_figures(ex);
+        pthread_mutex_unlock(&ex->mu);
+    }
+finish:
+    for (int32_t i = 0; i < n_batch; i++) {
+        slot *sl = &ex->slots[i];
+        if (!sl->job) continue;
+        if (!hx_gen_done(sl->gen) && job_cancelled(sl->job)) hx_gen_cancel(sl->gen);
+        if (hx_gen_done(sl->gen)) slot_finish(ex, sl, HX_OK, NULL);
+    }
 }
 
 static void *engine_main(void *arg)
 {
     hx_executor *ex = arg;
-    pthread_mutex_lock(&ex->mu);
     for (;;) {
-        while (!ex->q_head && !ex->stopping) pthread_cond_wait(&ex->work, &ex->mu);
-        hx_job *j = ex->q_head;
-        if (!j) break; /* stopping, and the queue is drained */
-        ex->q_head = j->next;
-        if (!ex->q_head) ex->q_tail = NULL;
-        ex->stats.n_queued--;
-        ex->stats.n_active = 1;
-        ex->running = j;
-        pthread_mutex_unlock(&ex->mu);
-        run_job(ex, j); /* a cancelled job (client gone, or shutdown) ends at once */
+        /* Take queued jobs into free slots (under the lock), then start them (outside it). */
+        hx_job *admit[64];
+        int32_t n_admit = 0, n_running = 0;
         pthread_mutex_lock(&ex->mu);
+        for (int32_t i = 0; i < ex->p.n_batch; i++) n_running += ex->slots[i].job != NULL;
+        while (!ex->q_head && n_running == 0 && !ex->stopping) pthread_cond_wait(&ex->work, &ex->mu);
+        if (!ex->q_head && n_running == 0 && ex->stopping) {
+            pthread_mutex_unlock(&ex->mu);
+            break;
+        }
+        while (ex->q_head && n_running + n_admit < ex->p.n_batch) {
+            hx_job *j = ex->q_head;
+            ex->q_head = j->next;
+            if (!ex->q_head) ex->q_tail = NULL;
+            ex->stats.n_queued--;
+            admit[n_admit++] = j;
+        }
+        ex->stats.n_active = n_running + n_admit;
+        if (ex->stopping) /* cancel what runs; admitted jobs were cancelled by shutdown */
+            for (int32_t i = 0; i < ex->p.n_batch; i++)
+                if (ex->slots[i].job)
+                    atomic_store_explicit(&ex->slots[i].job->cancelled, true, memory_order_relaxed);
+        pthread_mutex_unlock(&ex->mu);
+
+        for (int32_t k = 0; k < n_admit; k++) {
+            hx_job *j = admit[k];
+            if (job_cancelled(j)) { /* the client left, or shutdown: never runs */
+                const hx_gen_stats gs = {.n_prompt = j->c->n_prompt, .finish = HX_FINISH_CANCELLED,
+                                         .stop_index = -1};
+                job_done(ex, j, HX_OK, NULL, &gs);
+                continue;
+            }
+            for (int32_t i = 0; i < ex->p.n_batch; i++)
+                if (!ex->slots[i].job) {
+                    slot_start(ex, &ex->slots[i], j);
+                    break;
+                }
+        }
+        step(ex);
+        pthread_mutex_lock(&ex->mu);
+        int32_t n_now = 0;
+        for (int32_t i = 0; i < ex->p.n_batch; i++) n_now += ex->slots[i].job != NULL;
+        ex->stats.n_active = n_now;
+        pthread_mutex_unlock(&ex->mu);
     }
-    pthread_mutex_unlock(&ex->mu);
     return NULL;
 }
 
 /* ---- the executor ---- */
 
-hx_status hx_executor_open(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, int32_t max_queue,
+hx_status hx_executor_open(hx_llm *m, const hx_tokenizer *tok, const hx_executor_params *p,
                            hx_executor **out, hx_err *err)
 {
     hx_executor *ex = hx_calloc(1, sizeof *ex);
     if (!ex) return hx_err_set(err, HX_E_NOMEM, "out of memory");
     pthread_mutex_init(&ex->mu, NULL);
     pthread_cond_init(&ex->work, NULL);
-    ex->max_queue = max_queue;
-    ex->n_ctx = n_ctx;
-    hx_status st = hx_sequence_init(m, tok, n_ctx, &ex->seq, err);
+    ex->m = m;
+    ex->p = *p;
+    if (ex->p.n_batch <= 0) ex->p.n_batch = 8;
+    if (ex->p.n_batch > 64) ex->p.n_batch = 64; /* the step's fixed arrays */
+    if (ex->p.step_tokens <= 0 || ex->p.step_tokens > m->max_tok) ex->p.step_tokens = (int32_t)m->max_tok;
+    const hx_hparams *hp = &m->hp;
+    const int32_t ctx_blocks = (p->n_ctx + 15) / 16;
+    hx_status st;
+    if ((int64_t)ctx_blocks * ex->p.n_batch + p->cache_blocks > INT32_MAX / 2) {
+        st = hx_err_set(err, HX_E_INVALID, "the KV pool for %d sequences of %d positions is too large",
+                        ex->p.n_batch, p->n_ctx);
+        goto fail;
+    }
+    const int32_t n_blocks = p->kv_blocks > 0 ? p->kv_blocks : ctx_blocks * ex->p.n_batch + p->cache_blocks;
+    st = hx_kv_pool_create(m->be, hp->n_layer, hp->n_kv_head, hp->d_head, 16, n_blocks, &ex->pool,
+                           err);
     if (st != HX_OK) goto fail;
-    hx_sequence_kv_blocks(ex->seq, &ex->stats.kv_blocks_used, &ex->stats.kv_blocks_total);
+    if (p->cache_blocks > 0 &&
+        (st = hx_prefix_cache_create(ex->pool, 16, p->cache_blocks, &ex->cache, err)) != HX_OK)
+        goto fail;
+    ex->slots = hx_calloc((size_t)ex->p.n_batch, sizeof *ex->slots);
+    ex->ids = hx_alloc((size_t)ex->p.step_tokens * sizeof(int32_t));
+    ex->pos = hx_alloc((size_t)ex->p.step_tokens * sizeof(int32_t));
+    ex->seq = hx_alloc((size_t)ex->p.step_tokens * sizeof(int32_t));
+    ex->logit_rows = hx_alloc((size_t)ex->p.n_batch * sizeof(int32_t));
+    ex->kvs = hx_alloc((size_t)ex->p.n_batch * sizeof *ex->kvs);
+    ex->logits = hx_alloc((size_t)ex->p.n_batch * (size_t)hp->n_vocab * sizeof(float));
+    if (!ex->slots || !ex->ids || !ex->pos || !ex->seq || !ex->logit_rows || !ex->kvs || !ex->logits) {
+        st = hx_err_set(err, HX_E_NOMEM, "out of memory for the scheduler");
+        goto fail;
+    }
+    for (int32_t i = 0; i < ex->p.n_batch; i++)
+        if ((st = hx_sequence_init_shared(m, tok, ex->pool, p->n_ctx, &ex->slots[i].seq, err)) != HX_OK)
+            goto fail;
+    kv_figures(ex);
     if (pthread_create(&ex->thread, NULL, engine_main, ex) != 0) {
         st = hx_err_set(err, HX_E_NOMEM, "cannot start the engine thread");
         goto fail;
@@ -225,7 +474,7 @@ void hx_executor_shutdown(hx_executor *ex)
     ex->stopping = true;
     for (hx_job *j = ex->q_head; j; j = j->next)
         atomic_store_explicit(&j->cancelled, true, memory_order_relaxed);
-    if (ex->running) atomic_store_explicit(&ex->running->cancelled, true, memory_order_relaxed);
+    /* Running jobs are the engine's: it cancels them when it sees stopping. */
     pthread_cond_signal(&ex->work);
     pthread_mutex_unlock(&ex->mu);
 }
@@ -237,13 +486,22 @@ void hx_executor_close(hx_executor *ex)
         hx_executor_shutdown(ex);
         pthread_join(ex->thread, NULL);
     }
-    hx_sequence_free(ex->seq);
+    for (int32_t i = 0; ex->slots && i < ex->p.n_batch; i++) hx_sequence_free(ex->slots[i].seq);
+    hx_prefix_cache_free(ex->cache);
+    hx_kv_pool_free(ex->pool);
+    hx_free(ex->slots);
+    hx_free(ex->ids);
+    hx_free(ex->pos);
+    hx_free(ex->seq);
+    hx_free(ex->logit_rows);
+    hx_free(ex->kvs);
+    hx_free(ex->logits);
     pthread_cond_destroy(&ex->work);
     pthread_mutex_destroy(&ex->mu);
     hx_free(ex);
 }
 
-int32_t hx_executor_n_ctx(const hx_executor *ex) { return ex->n_ctx; }
+int32_t hx_executor_n_ctx(const hx_executor *ex) { return ex->p.n_ctx; }
 
 hx_status hx_executor_submit(hx_executor *ex, hx_completion *c, hx_job **out, hx_err *err)
 {
@@ -264,7 +522,7 @@ hx_status hx_executor_submit(hx_executor *ex, hx_completion *c, hx_job **out, hx
     pthread_mutex_lock(&ex->mu);
     if (ex->stopping)
         st = hx_err_set(err, HX_E_CANCELLED, "the server is shutting down");
-    else if (ex->stats.n_queued >= ex->max_queue)
+    else if (ex->stats.n_queued >= ex->p.max_queue)
         st = hx_err_set(err, HX_E_BUSY, "%d requests are already waiting (--max-queue); retry later",
                         ex->stats.n_queued);
     if (st != HX_OK) {

@@ -1,17 +1,20 @@
-/* executor.h - runs prepared completions on the engine thread, one at a time, in FIFO order.
+/* executor.h - runs prepared completions on the engine thread, many at once, in steps.
  *
  * DESIGN §2: a protocol adapter turns a request into an hx_completion (prompt tokens, sampling,
  * stop strings, limits; immutable once submitted, owning its memory), submits it, and reads the
  * job's semantic events (text as it becomes final, then one DONE carrying the finish reason and
  * usage). Streaming and non-streaming responses read the same events; only the formatting
- * differs. The engine thread owns the model's sequence (and so its KV cache, reused by common
- * prefix across requests); HTTP threads only submit, read events and cancel, talking to it
+ * differs. HTTP threads only submit, read events and cancel, talking to the engine thread
  * through a mutex and condition variables.
  *
- * Until the batching scheduler lands (issue 6) one completion runs at a time; at most max_queue
- * more wait, and a submission beyond that is refused with HX_E_BUSY. Cancellation is a flag the
- * engine checks between prefill chunks and before every decode step, so a cancelled job stops
- * within one step, and a job cancelled while queued never runs. */
+ * The engine thread owns the scheduler: up to n_batch jobs run at once, each on its own sequence
+ * in one shared KV pool; every step is one forward pass over a flat batch holding one decode row
+ * of each generating job and prefill chunks of new prompts up to step_tokens rows, so a long
+ * prompt delays the others' next token by at most one chunk. More jobs wait FIFO, at most
+ * max_queue of them (HX_E_BUSY beyond). A finished job's full KV blocks go to the prefix cache,
+ * where a later prompt with the same beginning finds them and starts after them. Cancellation is
+ * a flag the engine checks every step, so a cancelled job stops within one step, and a job
+ * cancelled while queued never runs. */
 #ifndef HX_ENGINE_EXECUTOR_H
 #define HX_ENGINE_EXECUTOR_H
 #include <stdbool.h>
@@ -50,9 +53,19 @@ void hx_event_clear(hx_event *ev); /* frees ev->text */
 typedef struct hx_executor hx_executor;
 typedef struct hx_job      hx_job;
 
-/* Starts the engine thread over a bound model (borrowed; must outlive the executor) with one
- * sequence of n_ctx positions. */
-hx_status hx_executor_open(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, int32_t max_queue,
+typedef struct {
+    int32_t n_ctx;        /* positions per sequence */
+    int32_t n_batch;      /* jobs advanced together (0: 8) */
+    int32_t step_tokens;  /* rows per step, at most the model's max_tok (0: max_tok) */
+    int32_t cache_blocks; /* prefix cache capacity in KV blocks of 16 positions (0: none) */
+    int32_t max_queue;    /* jobs allowed to wait */
+    int32_t kv_blocks;    /* KV pool size in blocks (0: n_batch full contexts + cache_blocks);
+                           * smaller pools preempt the newest job when they run out */
+} hx_executor_params;
+
+/* Starts the engine thread over a bound model (borrowed; must outlive the executor). The KV
+ * pool holds n_batch full contexts plus the prefix cache. */
+hx_status hx_executor_open(hx_llm *m, const hx_tokenizer *tok, const hx_executor_params *p,
                            hx_executor **out, hx_err *err);
 /* Cancels every job, waits for the engine thread to end, frees. Jobs not yet released stay
  * valid (they end with HX_E_CANCELLED) until hx_job_release. Accepts NULL. */
@@ -84,7 +97,7 @@ void hx_job_release(hx_job *j);
 
 typedef struct {
     int64_t n_served;        /* jobs finished, whatever the reason */
-    int32_t n_active;        /* jobs running now (0 or 1 until batching) */
+    int32_t n_active;        /* jobs running now (at most n_batch) */
     int32_t n_queued;        /* jobs waiting */
     int64_t n_prompt_tokens; /* prompt tokens of finished jobs */
     int64_t n_cached_tokens; /* of which came from the KV cache */
@@ -92,7 +105,10 @@ typedef struct {
     double  prompt_ms;       /* total prefill time */
     double  gen_ms;          /* total decode time (after each job's first token) */
     int64_t n_gen_timed;     /* tokens generated inside gen_ms (each job's first excluded) */
-    int32_t kv_blocks_used, kv_blocks_total;
+    int32_t kv_blocks_used, kv_blocks_total; /* in use (sequences and prefix cache) / all */
+    int32_t kv_blocks_cached;  /* held by the prefix cache */
+    int64_t n_steps;           /* forward steps run */
+    int64_t n_preempted;       /* jobs whose KV was taken back to make room (recomputed) */
     hx_gen_stats last;       /* the most recently finished job's (for server-overhead figures) */
 } hx_executor_stats;
 

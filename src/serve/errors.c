@@ -67,14 +67,18 @@ static const char *openai_code(hx_status st, int status)
 static json_t *error_body(hx_api api, hx_status st, int status, const char *msg, const char *param)
 {
     const error_kind *k = kind_of(status);
+    /* A prompt that leaves no room to generate is refused by memory admission (MISSION.md): its
+     * own error type in both shapes, so clients can tell it from a malformed request. */
+    const char *type = st == HX_E_CONTEXT ? "memory_admission"
+                       : api == HX_API_ANTHROPIC ? k->anthropic_type : k->openai_type;
     if (!msg || !*msg) msg = st != HX_OK ? hx_status_str(st) : "error";
     json_t *m = hx_json_text(msg, strlen(msg));
     if (!m) return NULL;
     if (api == HX_API_ANTHROPIC)
-        return json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type",
-                         k->anthropic_type, "message", m);
+        return json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", type,
+                         "message", m);
     const char *code = openai_code(st, status);
-    return json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", m, "type", k->openai_type,
+    return json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", m, "type", type,
                      "param", param && *param ? json_string(param) : json_null(), "code",
                      code ? json_string(code) : json_null());
 }

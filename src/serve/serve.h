@@ -22,6 +22,9 @@ typedef struct {
     int         n_threads;   /* 0: physical cores */
     int32_t     n_ctx;       /* 0: the model's, at most 8192 */
     int32_t     max_tokens;  /* default reply limit when a request gives none; default 512 */
+    int32_t     n_batch;     /* requests generating together; default 8 */
+    int32_t     step_tokens; /* rows per engine step (prefill chunk bound); 0: the model's */
+    double      prompt_cache_gb; /* prefix cache cap in GB (default 2; 0: off) */
     bool        int8;        /* single-term int8 activations (faster, less exact) */
     bool        quiet;       /* no per-request log lines */
     /* Sampling flags: they override the model's generation_config.json; requests override them */

@@ -27,7 +27,8 @@ static double now_ms(void)
 hx_serve_options hx_serve_options_default(void)
 {
     return (hx_serve_options){.host = "127.0.0.1", .port = 8080, .max_body = 16u << 20,
-                              .max_queue = 64, .timeout_s = 60, .max_tokens = 512};
+                              .max_queue = 64, .timeout_s = 60, .max_tokens = 512,
+                              .n_batch = 8, .prompt_cache_gb = 2.0};
 }
 
 /* Every route of the server (STYLE 55). /v1 routes need the API key when one is set; the page,
@@ -91,8 +92,15 @@ static hx_status server_load(hx_server *s, hx_loaded_model *m, hx_err *err)
     s->mf = m->mf, s->tok = m->tok, s->tpl = m->tpl;
     model_id(m->path, s->model_id, sizeof s->model_id);
     s->n_ctx = o->n_ctx > 0 ? o->n_ctx : hx_sequence_default_ctx(&s->mf->hp);
-    if ((st = hx_executor_open(m->llm, s->tok, s->n_ctx, o->max_queue, &s->ex, err)) != HX_OK)
-        return st;
+    const hx_hparams *hp = &s->mf->hp;
+    const double block_bytes = 16.0 * hp->n_layer * hp->n_kv_head * hp->d_head * 2 /* K, V */ * 2;
+    double cache_blocks = o->prompt_cache_gb * 1e9 / block_bytes;
+    if (cache_blocks > 1 << 22) cache_blocks = 1 << 22;
+    const hx_executor_params ep = {.n_ctx = s->n_ctx, .n_batch = o->n_batch,
+                                   .step_tokens = o->step_tokens,
+                                   .cache_blocks = (int32_t)cache_blocks,
+                                   .max_queue = o->max_queue};
+    if ((st = hx_executor_open(m->llm, s->tok, &ep, &s->ex, err)) != HX_OK) return st;
     s->created = (int64_t)time(NULL);
     s->max_tokens = o->max_tokens > 0 ? o->max_tokens : 512;
     hx_sampling *p = &s->sampling;

@@ -31,6 +31,13 @@ def srv(starter):
 
 
 @pytest.fixture(scope="module")
+def serial(starter):
+    """One request generating at a time (--batch 1), so later ones wait in the queue."""
+    with Server("smollm2", "--batch", "1") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
 def small(starter):
     """A small context, a small body limit and a short idle timeout."""
     with Server("smollm2", "--ctx", "64", "--max-body", "4096", "--timeout", "2") as s:
@@ -40,7 +47,7 @@ def small(starter):
 @pytest.fixture(autouse=True)
 def still_alive(request):
     yield
-    for name in ("srv", "small"):
+    for name in ("srv", "small", "serial"):
         if name in request.fixturenames:
             s = request.getfixturevalue(name)
             assert s.proc.poll() is None, f"server died: {s.log()[-3000:]}"
@@ -381,10 +388,11 @@ def test_prompt_longer_than_the_context_is_400_with_both_numbers(small):
     for path in (OPENAI, ANTHROPIC):
         st, b = post(small, path, valid_body(path, messages=msgs, max_tokens=4))
         assert st == 400, (path, st, b)
-        m = error_message(path, b)
+        m = error_message(path, b, anthropic_type="memory_admission")
+        assert b["error"]["type"] == "memory_admission", b  # both APIs' shapes
         assert str(n) in m and "64" in m, m
     st, b = post(small, "/v1/completions", {"prompt": "word " * 100, "max_tokens": 4})
-    assert st == 400
+    assert st == 400 and b["error"]["type"] == "memory_admission", b
     m = error_message("/v1/completions", b)
     assert "64" in m and any(int(x) > 64 for x in re.findall(r"\d+", m)), m
     # streamed requests are refused before the stream starts
@@ -657,7 +665,8 @@ def test_disconnect_mid_stream_stops_generation(srv):
     assert lines and int(lines[-1][4]) == out, lines
 
 
-def test_queued_request_whose_client_left_never_runs(srv):
+def test_queued_request_whose_client_left_never_runs(serial):
+    srv = serial
     wait_idle(srv)
     before = stats(srv)
     a = StreamClient(srv, {"messages": STORY, "max_tokens": 80, "stream": True,
@@ -712,7 +721,8 @@ def test_disconnect_at_random_points_200_times(srv):
 
 # ---- queue ---------------------------------------------------------------------------------------
 
-def test_requests_run_fifo(srv):
+def test_requests_run_fifo(serial):
+    srv = serial
     wait_idle(srv)
     a = StreamClient(srv, {"messages": STORY, "max_tokens": 300, "stream": True})
     a.read_until(lambda b: b'"content":"' in b)
@@ -780,7 +790,8 @@ def test_full_queue_is_503_with_retry_after(starter):
         assert post(s, OPENAI, {"messages": CAPITAL, "max_tokens": 2})[0] == 200
 
 
-def test_default_queue_limit_is_64(srv):
+def test_default_queue_limit_is_64(serial):
+    srv = serial
     wait_idle(srv)
     a = StreamClient(srv, {"messages": STORY, "max_tokens": 400, "stream": True})
     a.read_until(lambda b: b'"content":"' in b)

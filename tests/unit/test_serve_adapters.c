@@ -541,6 +541,15 @@ static int test_error_bodies_have_each_api_shape_and_status(void)
     j = take_body(&r);
     CHECK_STR(json_string_value(json_object_get(json_object_get(j, "error"), "code")),
               "context_length_exceeded");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(j, "error"), "type")),
+              "memory_admission");
+    json_decref(j);
+    r = (hx_http_resp){0};
+    hx_serve_error(HX_API_ANTHROPIC, HX_E_CONTEXT, "the prompt has 9 tokens", NULL, &r);
+    CHECK_EQ(r.status, 400);
+    j = take_body(&r);
+    CHECK_STR(json_string_value(json_object_get(json_object_get(j, "error"), "type")),
+              "memory_admission");
     json_decref(j);
 
     r = (hx_http_resp){0};
