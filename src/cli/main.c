@@ -17,6 +17,7 @@ static const verb verbs[] = {
     {"run",     hx_cmd_run,     "MODEL \"PROMPT\": generate a reply (chat template applied; --raw skips it)"},
     {"chat",    hx_cmd_chat,    "MODEL: interactive multi-turn chat"},
     {"inspect", hx_cmd_inspect, "describe a model: architecture, sizes, tensors (--tensors, --json)"},
+    {"fit",     hx_cmd_fit,     "MODEL: will it fit? memory by term, largest safe context, decode speed (--json)"},
     {"ls",      hx_cmd_ls,      "list local models ($HEARTH_HOME/models and the Hugging Face cache)"},
     {"tokenize", hx_cmd_tokenize, "SOURCE [TEXT]: token ids and pieces (--json; no TEXT: JSON lines on stdin)"},
     {"detokenize", hx_cmd_detokenize, "SOURCE: token ids on stdin to text"},

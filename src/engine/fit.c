@@ -1,0 +1,426 @@
+/* fit.c - the memory contract (fit.h): every term of a model's resident memory, from its
+ * description alone.
+ *
+ * Reading order: the constants mirrored from the code whose memory they predict, the weights
+ * (which tensors are repacked copies, which are mapped pages, counted as the union of the pages
+ * they span), the terms that depend on the context, then the search for the largest context.
+ * Each mirrored size names the function it mirrors; test_fit.c compares them with the
+ * allocator's live-byte count on the starter model. */
+#define _POSIX_C_SOURCE 200809L
+#include "engine/fit.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/cpu/act_quant.h"
+#include "backend/cpu/packed.h"
+#include "base/alloc.h"
+#include "base/cpu.h"
+#include "engine/sequence.h"
+#include "model/model.h"
+
+/* ---- mirrored constants ---- */
+
+#define KV_BLOCK_TOKENS 16 /* sequence.c BLOCK_TOKENS: positions per KV block */
+#define OWN_ROWS        4  /* cpu_backend.c OWN_ROWS: decode rows every thread quantizes itself */
+#define MAX_THREADS     256 /* cpu_backend.c MAX_THREADS */
+#define HUGE_BYTES      ((uint64_t)2 << 20) /* cpu_weight: matrices of 2 of these start aligned */
+#define SAMPLER_BYTES_PER_TOKEN 12 /* sampler.c: counts (int32) + cands ({int32, float}) */
+
+/* The runtime's fixed overhead, measured on the starter model (docs/memory.md has the method):
+ * peak RSS of `hearth run` minus every other term at contexts of 512 to 4096 left 9.6-10.2 MiB,
+ * of which the tokenizer (49152 tokens, heap 4.7 MiB by hx_alloc_live_bytes) is modelled apart.
+ * The rest - the binary's text and data, libc, jansson, the chat template, thread-pool state -
+ * is rounded up to BASE. The tokenizer's heap is ~100 bytes per vocabulary entry (token string,
+ * hash slots, merge ranks) for a byte-level BPE; TOKENIZER_BYTES_PER_TOKEN rounds that up. */
+#define OVERHEAD_BASE_BYTES        ((uint64_t)9 << 19) /* 4.5 MiB */
+#define TOKENIZER_BYTES_PER_TOKEN  128
+#define THREAD_BYTES               ((uint64_t)64 << 10) /* stack pages a pool thread touches */
+/* Linux maps up to this much of a file mapping around a faulting page when those pages are in
+ * the page cache (mm/memory.c fault_around_bytes, 64 KiB by default): a lookup of one embedding
+ * row makes its whole neighbourhood resident. */
+#define FAULT_AROUND_BYTES         ((uint64_t)64 << 10)
+
+static const char *const layer_matmuls[] = {"attn_q", "attn_k", "attn_v", "attn_output",
+                                            "ffn_gate", "ffn_up", "ffn_down"};
+
+const char *hx_fit_kv_type_name(hx_fit_kv_type t)
+{
+    switch (t) {
+    case HX_FIT_KV_F16: return "f16";
+    case HX_FIT_KV_Q8: return "q8";
+    case HX_FIT_KV_Q4: return "q4";
+    default: return "?";
+    }
+}
+
+hx_fit_params hx_fit_params_default(void)
+{
+    return (hx_fit_params){.n_batch = 8, .kv_type = HX_FIT_KV_F16, .repack = HX_FIT_REPACK_AUTO};
+}
+
+uint64_t hx_fit_kv_bytes_per_token(const hx_hparams *hp, hx_fit_kv_type t)
+{
+    /* Per layer and kv head, one position holds d_head elements of K and as many of V. The
+     * quantized types group 32 elements of a head's row with an f16 scale and an f16 minimum. */
+    const uint64_t heads = (uint64_t)hp->n_layer * (uint64_t)hp->n_kv_head, dh = (uint64_t)hp->d_head;
+    const uint64_t blocks = (dh + 31) / 32;
+    switch (t) {
+    case HX_FIT_KV_Q8: return 2 * heads * blocks * 36;
+    case HX_FIT_KV_Q4: return 2 * heads * blocks * 20;
+    default: return 2 * heads * dh * 2;
+    }
+}
+
+/* ---- the machine ---- */
+
+static uint64_t page_bytes(void)
+{
+    const long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (uint64_t)p : 4096;
+}
+
+/* The first unsigned number in a file (a cgroup limit, /proc/meminfo's first line in kB), or 0. */
+static uint64_t read_number(const char *path, const char *skip_prefix)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long v = 0;
+    if (fgets(line, sizeof line, f)) {
+        const char *s = line;
+        if (skip_prefix && strncmp(s, skip_prefix, strlen(skip_prefix)) == 0) s += strlen(skip_prefix);
+        if (sscanf(s, " %llu", &v) != 1) v = 0; /* "max" (no cgroup limit) reads as 0 */
+    }
+    fclose(f);
+    return (uint64_t)v;
+}
+
+uint64_t hx_fit_default_budget(void)
+{
+    uint64_t ram = 0;
+    const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && psz > 0) ram = (uint64_t)pages * (uint64_t)psz;
+    if (ram == 0) ram = read_number("/proc/meminfo", "MemTotal:") * 1024;
+    /* A container's limit (cgroup v2, then v1) is what this process may really use. */
+    const uint64_t lim[] = {read_number("/sys/fs/cgroup/memory.max", NULL),
+                            read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes", NULL)};
+    for (size_t i = 0; i < HX_COUNTOF(lim); i++)
+        if (lim[i] > 0 && (ram == 0 || lim[i] < ram)) ram = lim[i];
+    return ram / 4 * 3;
+}
+
+/* ---- weights ---- */
+
+/* What one model costs whatever the context. */
+typedef struct {
+    const hx_hparams *hp;
+    uint64_t page;
+    int32_t  n_threads;
+    bool     repack;
+    uint64_t weights, weights_packed;
+    uint64_t weights_read;   /* bytes a decode step reads of the weights */
+    uint64_t embed_row;      /* bytes of one token-embedding row */
+    double   embed_row_windows; /* fault-around windows one row lookup maps, on average */
+    uint64_t embed_table;    /* bytes of the pages of the whole table; 0 when it is resident
+                              * anyway (the output projection reads it in place) */
+    uint64_t largest_repack; /* file pages of the largest repacked tensor */
+    uint64_t metadata;       /* file pages before the tensor data (parsed at open) */
+    uint64_t scratch, scratch_reserved; /* the step's buffers: hx_llm and the CPU backend */
+} fit_model;
+
+typedef struct {
+    uintptr_t lo, hi; /* [lo, hi) in the address space of the mappings */
+} span;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Bytes of the pages [lo, hi) spans. */
+static uint64_t span_pages(const span *s, uint64_t page)
+{
+    return s->hi > s->lo ? ((s->hi - 1) / page - s->lo / page + 1) * page : 0;
+}
+
+/* Bytes of the union of the pages the spans touch (sorts them). */
+static uint64_t union_pages(span *s, size_t n, uint64_t page)
+{
+    qsort(s, n, sizeof *s, span_cmp);
+    uint64_t total = 0, last = 0; /* last: one past the last page counted, as a page index */
+    for (size_t i = 0; i < n; i++) {
+        if (s[i].hi <= s[i].lo) continue;
+        uint64_t p0 = s[i].lo / page;
+        const uint64_t p1 = (s[i].hi - 1) / page + 1;
+        if (p0 < last) p0 = last;
+        if (p1 > p0) total += (p1 - p0) * page, last = p1;
+    }
+    return total;
+}
+
+/* True when name is one of the seven matmul weights of a layer, "blk.<i>.<what>.weight". */
+static bool is_layer_matmul(const char *name)
+{
+    if (strncmp(name, "blk.", 4) != 0) return false;
+    const char *p = name + 4;
+    if (*p < '0' || *p > '9') return false;
+    while (*p >= '0' && *p <= '9') p++;
+    if (*p++ != '.') return false;
+    for (size_t i = 0; i < HX_COUNTOF(layer_matmuls); i++) {
+        const size_t n = strlen(layer_matmuls[i]);
+        if (strncmp(p, layer_matmuls[i], n) == 0 && strcmp(p + n, ".weight") == 0) return true;
+    }
+    return false;
+}
+
+/* The bytes of the CPU backend's repacked copy of t (cpu_weight), or 0 when it keeps t as is. */
+static uint64_t packed_bytes(const fit_model *fm, const hx_tensor *t)
+{
+    if (!fm->repack || t->n_dims < 2 || !hx_pack_supported(t->dtype, t->shape[t->n_dims - 1]))
+        return 0;
+    const hx_wmat wm = hx_wmat_from_tensor(t);
+    hx_packed p;
+    return hx_pack_layout(&p, &wm);
+}
+
+/* Adds t's bytes in the mapping (MLX: its scales and biases too) to the spans. */
+static size_t add_spans(const hx_tensor *t, span *s, size_t n)
+{
+    if (t->data && t->n_bytes) s[n++] = (span){(uintptr_t)t->data, (uintptr_t)t->data + t->n_bytes};
+    const uint64_t sb = (hx_tensor_data_bytes(t) - t->n_bytes) / 2; /* MLX: each of the two */
+    if (t->scales && sb) s[n++] = (span){(uintptr_t)t->scales, (uintptr_t)t->scales + sb};
+    if (t->biases && sb) s[n++] = (span){(uintptr_t)t->biases, (uintptr_t)t->biases + sb};
+    return n;
+}
+
+/* Classifies every tensor. A matmul weight the backend repacks costs its packed copy (the model
+ * drops its mapped pages after reading them once: hx_model_files_drop); every other tensor the
+ * forward pass reads costs the pages it spans in the mapping, resident once read and read again
+ * each step. The token embedding is looked up a row at a time; its pages count by rows in use
+ * (context-dependent) unless the output projection reads it whole in place. */
+static hx_status weights(const hx_model_files *mf, fit_model *fm, hx_err *err)
+{
+    const hx_tensor_info *embd = hx_model_files_find(mf, "token_embd.weight");
+    const hx_tensor_info *output = hx_model_files_find(mf, "output.weight");
+    if (!embd) return hx_err_set(err, HX_E_FORMAT, "%s: missing tensor token_embd.weight", mf->path);
+    if (mf->n_tensors < 0 || (uint64_t)mf->n_tensors > SIZE_MAX / (3 * sizeof(span)))
+        return hx_err_set(err, HX_E_FORMAT, "%s: %lld tensors", mf->path, (long long)mf->n_tensors);
+    span *s = hx_alloc((size_t)mf->n_tensors * 3 * sizeof *s + 1);
+    if (!s) return hx_err_set(err, HX_E_NOMEM, "out of memory");
+    size_t n = 0;
+    uint64_t packed = 0, read = 0, largest = 0, meta_total = 0;
+    for (int64_t i = 0; i < mf->n_tensors; i++) {
+        const hx_tensor_info *ti = &mf->tensors[i];
+        const hx_tensor *t = &ti->t;
+        const bool is_output = ti == output || (!output && ti == embd);
+        const bool matmul = is_output || is_layer_matmul(ti->name);
+        const uint64_t pk = matmul ? packed_bytes(fm, t) : 0;
+        if (pk) {
+            packed += pk;
+            read += pk;
+            span one = {(uintptr_t)t->data, (uintptr_t)t->data + t->n_bytes};
+            const uint64_t file_pages = span_pages(&one, fm->page);
+            if (file_pages > largest) largest = file_pages;
+        } else if (ti == embd && !is_output) {
+            /* looked up by rows: the embed term */
+        } else {
+            n = add_spans(t, s, n);
+            read += hx_tensor_data_bytes(t);
+        }
+    }
+    /* The bytes before each file's first tensor: the header and metadata the loader parses. */
+    for (int32_t f = 0; f < mf->n_files || f == 0; f++) {
+        uint64_t first = UINT64_MAX;
+        for (int64_t i = 0; i < mf->n_tensors; i++)
+            if (mf->tensors[i].file_index == f && mf->tensors[i].offset < first)
+                first = mf->tensors[i].offset;
+        if (first != UINT64_MAX) meta_total += (first + fm->page - 1) / fm->page * fm->page;
+    }
+    fm->weights_packed = packed;
+    fm->weights = packed + union_pages(s, n, fm->page);
+    fm->weights_read = read;
+    fm->largest_repack = largest;
+    fm->metadata = meta_total;
+    hx_free(s);
+
+    /* The embedding table: resident in full through `weights` when it is the output projection
+     * read in place; otherwise each row lookup touches the pages the row spans. */
+    const hx_tensor *e = &embd->t;
+    const int64_t rows = hx_tensor_n_rows(e);
+    fm->embed_row = rows > 0 ? hx_tensor_data_bytes(e) / (uint64_t)rows : 0;
+    /* A row of b bytes at an arbitrary offset spans 1 + (b - 1) / w windows on average. */
+    const uint64_t w = FAULT_AROUND_BYTES > fm->page ? FAULT_AROUND_BYTES : fm->page;
+    fm->embed_row_windows = fm->embed_row ? 1.0 + (double)(fm->embed_row - 1) / (double)w : 0;
+    const bool in_weights = !output && !packed_bytes(fm, e);
+    if (in_weights) {
+        fm->embed_table = 0;
+    } else {
+        span es[3];
+        const size_t ne = add_spans(e, es, 0);
+        fm->embed_table = union_pages(es, ne, fm->page);
+    }
+    return HX_OK;
+}
+
+/* ---- scratch: the step's buffers ---- */
+
+/* hx_llm_open's activation buffers for T rows (reserved), and what of them a step writes. */
+static void llm_scratch(const hx_hparams *hp, int64_t T, int32_t n_batch, uint64_t *reserved,
+                        uint64_t *touched)
+{
+    const uint64_t d = (uint64_t)hp->d_model, qd = (uint64_t)hp->n_head * (uint64_t)hp->d_head,
+                   kvd = (uint64_t)hp->n_kv_head * (uint64_t)hp->d_head, f = sizeof(float);
+    const uint64_t t = (uint64_t)T;
+    /* x, h, q, k, v, gate, up: a full prefill step writes every row of each. */
+    const uint64_t rows = t * f * (d + (d > qd ? d : qd) + qd + 2 * kvd + 2 * (uint64_t)hp->d_ff);
+    const uint64_t fixed = sizeof(hx_llm) + (uint64_t)hp->n_layer * sizeof(hx_layer) +
+                           (uint64_t)hp->d_head / 2 * f;
+    /* logits [T, n_vocab]: only the rows whose logits are asked for are written - one per
+     * sequence in a step. */
+    const uint64_t logit_rows = (uint64_t)(n_batch < T ? n_batch : T);
+    *reserved = rows + fixed + t * (uint64_t)hp->n_vocab * f;
+    *touched = rows + fixed + logit_rows * (uint64_t)hp->n_vocab * f;
+}
+
+/* cpu_reserve's buffers for steps of T rows of up to `widest` floats, and what matmuls write of
+ * them: activations quantized for inputs of at most n_in floats. */
+static void backend_scratch(const hx_hparams *hp, int64_t T, int32_t n_threads, uint64_t *reserved,
+                            uint64_t *touched)
+{
+    const int64_t d = hp->d_model, qd = (int64_t)hp->n_head * hp->d_head;
+    int64_t n_in = d > qd ? d : qd; /* the widest matmul input */
+    if (hp->d_ff > n_in) n_in = hp->d_ff;
+    const int64_t widest = n_in > hp->n_vocab ? n_in : hp->n_vocab; /* hx_llm_open's reserve */
+    const int64_t act_n = (widest + HX_ACT_BLOCK - 1) / HX_ACT_BLOCK * HX_ACT_BLOCK;
+    const int64_t in_n = (n_in + HX_ACT_BLOCK - 1) / HX_ACT_BLOCK * HX_ACT_BLOCK;
+    const uint64_t nt = (uint64_t)n_threads, f = sizeof(float);
+    /* act_mem: two terms of T rows; sums: T rows of act_n / 32 + 1 floats; per thread: two terms
+     * of OWN_ROWS rows and their sums; per thread: 2 * widest floats of row scratch. */
+    const uint64_t act = hx_act_bytes(T, act_n), own = hx_act_bytes(OWN_ROWS, act_n);
+    const uint64_t own_sums = OWN_ROWS * (uint64_t)(act_n / HX_ACT_BLOCK + 1) * f;
+    *reserved = (2 * act + 64) + (uint64_t)T * (uint64_t)(act_n / HX_ACT_BLOCK + 1) * f +
+                nt * (2 * own + own_sums + 64) + nt * 2 * (uint64_t)widest * f;
+    /* Written: both terms for inputs of in_n, their sums; per thread its own rows' terms and
+     * sums, one row of in_n floats (a dequantized weight or norm row), and on thread 0 a bias
+     * row of qd floats where the family has q/k/v biases. */
+    *touched = 2 * hx_act_bytes(T, in_n) + (uint64_t)T * (uint64_t)(in_n / HX_ACT_BLOCK) * f +
+               nt * (2 * hx_act_bytes(OWN_ROWS, in_n) + OWN_ROWS * (uint64_t)(in_n / HX_ACT_BLOCK) * f +
+                     (uint64_t)in_n * f) +
+               (hp->attn_bias ? (uint64_t)qd * f : 0);
+}
+
+/* ---- the terms at one context ---- */
+
+static void terms(const fit_model *fm, int32_t n_ctx, int32_t n_batch, hx_fit_kv_type kv_type,
+                  uint64_t budget, hx_fit_report *r)
+{
+    const hx_hparams *hp = fm->hp;
+    const uint64_t blocks = ((uint64_t)n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+    const uint64_t positions = blocks * KV_BLOCK_TOKENS * (uint64_t)n_batch;
+    r->kv_bytes_per_token = hx_fit_kv_bytes_per_token(hp, kv_type);
+    r->kv_bytes = positions * r->kv_bytes_per_token;
+    /* Per sequence (sequence.c): the tokens the cache holds, its last logits, the step's pos,
+     * seq and row arrays, the pool's refcount and free list, and a sampler. */
+    const uint64_t per_seq = (uint64_t)n_ctx * 4 + (uint64_t)hp->n_vocab * 4 +
+                             3 * (uint64_t)HX_SEQUENCE_STEP_TOKENS * 4 + blocks * 8 +
+                             (uint64_t)hp->n_vocab * SAMPLER_BYTES_PER_TOKEN;
+    r->scratch_bytes = fm->scratch + (uint64_t)n_batch * per_seq;
+    r->scratch_reserved_bytes = fm->scratch_reserved + (uint64_t)n_batch * per_seq;
+    /* Every cached position was looked up once, at most n_vocab distinct rows. A page fault on
+     * a file mapping maps the whole fault-around window around it, so k random rows leave
+     * W (1 - exp(-k r / W)) of the table's W windows resident (r: windows per row). */
+    const uint64_t rows = positions < (uint64_t)hp->n_vocab ? positions : (uint64_t)hp->n_vocab;
+    const uint64_t w = FAULT_AROUND_BYTES > fm->page ? FAULT_AROUND_BYTES : fm->page;
+    const double windows = (double)((fm->embed_table + w - 1) / w);
+    const double used = windows > 0 ? windows * -expm1(-(double)rows * fm->embed_row_windows / windows) : 0;
+    const uint64_t embed = (uint64_t)ceil(used) * w;
+    r->embed_bytes = embed < fm->embed_table ? embed : fm->embed_table;
+    /* While loading, the KV pool and scratch are not touched yet, but the tensor being repacked
+     * has its file pages and its copy resident at once. */
+    const uint64_t later = r->kv_bytes + r->scratch_bytes + r->embed_bytes;
+    r->load_bytes = fm->largest_repack > later ? fm->largest_repack - later : 0;
+    r->total_bytes = r->weights_bytes + r->kv_bytes + r->scratch_bytes + r->embed_bytes +
+                     r->load_bytes + r->overhead_bytes;
+    r->fits = r->total_bytes <= budget;
+}
+
+hx_status hx_fit_compute(const hx_model_files *mf, const hx_fit_params *params, hx_fit_report *out,
+                         hx_err *err)
+{
+    const hx_fit_params p = params ? *params : hx_fit_params_default();
+    const hx_hparams *hp = &mf->hp;
+    if (p.n_ctx < 0 || p.n_ctx > (1 << 24) || p.n_batch < 0 || p.n_batch > 4096)
+        return hx_err_set(err, HX_E_INVALID, "context %d or batch %d out of range (0..%d, 0..4096)",
+                          p.n_ctx, p.n_batch, 1 << 24);
+    if ((unsigned)p.kv_type >= HX_FIT_KV_COUNT)
+        return hx_err_set(err, HX_E_INVALID, "unknown KV cache type %d", (int)p.kv_type);
+    if (hp->n_layer < 1 || hp->d_model < 1 || hp->n_head < 1 || hp->n_kv_head < 1 ||
+        hp->d_head < 1 || hp->d_ff < 1 || hp->n_vocab < 1 ||
+        (uint64_t)hp->n_layer * (uint64_t)hp->n_kv_head * (uint64_t)hp->d_head > ((uint64_t)1 << 30) ||
+        (uint64_t)hp->n_head * (uint64_t)hp->d_head > ((uint64_t)1 << 24) || hp->d_model > (1 << 24) ||
+        hp->d_ff > (1 << 24) || hp->n_vocab > (1 << 24))
+        return hx_err_set(err, HX_E_FORMAT, "%s: hyper-parameters out of range for a forward pass "
+                          "(layers %d, d_model %d, heads %d/%d, d_head %d, d_ff %d, vocab %d)",
+                          mf->path, hp->n_layer, hp->d_model, hp->n_head, hp->n_kv_head,
+                          hp->d_head, hp->d_ff, hp->n_vocab);
+
+    fit_model fm = {.hp = hp, .page = page_bytes()};
+    fm.n_threads = p.n_threads > 0 ? p.n_threads : hx_cpu_physical_cores();
+    if (fm.n_threads > MAX_THREADS) fm.n_threads = MAX_THREADS;
+    fm.repack = p.repack == HX_FIT_REPACK_ALWAYS ||
+                (p.repack == HX_FIT_REPACK_AUTO && hx_pmatmul_select(hx_cpu_isa()) != NULL);
+    hx_status st = weights(mf, &fm, err);
+    if (st != HX_OK) return st;
+    const int64_t T = HX_SEQUENCE_STEP_TOKENS;
+    const int32_t n_batch = p.n_batch > 0 ? p.n_batch : 8;
+    uint64_t lr, lt, br, bt;
+    llm_scratch(hp, T, n_batch, &lr, &lt);
+    backend_scratch(hp, T, fm.n_threads, &br, &bt);
+    fm.scratch = lt + bt;
+    fm.scratch_reserved = lr + br;
+
+    hx_fit_report r = {0};
+    r.n_ctx = p.n_ctx > 0 ? p.n_ctx : hx_sequence_default_ctx(hp);
+    r.n_batch = n_batch;
+    r.n_threads = fm.n_threads;
+    r.kv_type = p.kv_type;
+    r.repacked = fm.weights_packed > 0;
+    r.n_ctx_train = hp->n_ctx_train > 0 ? hp->n_ctx_train : 0;
+    r.weights_bytes = fm.weights;
+    r.weights_packed_bytes = fm.weights_packed;
+    r.overhead_bytes = OVERHEAD_BASE_BYTES + fm.metadata +
+                       (uint64_t)hp->n_vocab * TOKENIZER_BYTES_PER_TOKEN +
+                       (uint64_t)fm.n_threads * THREAD_BYTES;
+    r.budget_bytes = p.budget_bytes > 0 ? p.budget_bytes : hx_fit_default_budget();
+    terms(&fm, r.n_ctx, n_batch, p.kv_type, r.budget_bytes, &r);
+
+    /* The largest context that fits: total grows with the context, so bisect over blocks. */
+    const int64_t cap = r.n_ctx_train > 0 ? r.n_ctx_train : (1 << 24);
+    int64_t lo = 0, hi = cap / KV_BLOCK_TOKENS; /* invariant: lo blocks fit (or lo == 0) */
+    hx_fit_report probe = r;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo + 1) / 2;
+        terms(&fm, (int32_t)(mid * KV_BLOCK_TOKENS), n_batch, p.kv_type, r.budget_bytes, &probe);
+        if (probe.fits) lo = mid;
+        else hi = mid - 1;
+    }
+    r.max_ctx = (int32_t)(lo * KV_BLOCK_TOKENS);
+
+    /* Decode of one sequence reads every weight once per token, one embedding row, and the KV
+     * of the positions before it: n_ctx / 2 on average over a context filled from empty. */
+    const uint64_t kv_read = (uint64_t)r.n_ctx / 2 * r.kv_bytes_per_token;
+    r.read_bytes_per_token = fm.weights_read + fm.embed_row + kv_read;
+    r.bandwidth_bytes_per_s = p.bandwidth_bytes_per_s > 0 ? p.bandwidth_bytes_per_s : 0;
+    if (r.bandwidth_bytes_per_s > 0) {
+        r.decode_tok_s = r.bandwidth_bytes_per_s / (double)r.read_bytes_per_token;
+        r.decode_tok_s_batch = r.bandwidth_bytes_per_s * n_batch /
+                               ((double)fm.weights_read + (double)n_batch * (double)(fm.embed_row + kv_read));
+    }
+    *out = r;
+    return HX_OK;
+}
