@@ -28,6 +28,8 @@ static void usage(void)
             "                    this size between the others' tokens (default 256)\n"
             "  --prompt-cache GB KV of earlier prompts kept for reuse by common prefix\n"
             "                    (default 2; 0 turns it off)\n"
+            "  --memory-budget GB refuse to start when weights + KV + scratch exceed it\n"
+            "                    (default 75%% of RAM; see hearth fit)\n"
             "  --threads N       CPU threads (default: physical cores)\n"
             "  --temp T --top-k K --top-p P --min-p P --seed S\n"
             "                    sampling defaults for requests (over the model's own)\n"
@@ -53,6 +55,19 @@ static bool int_arg(const char *flag, const char *v, long long lo, long long hi,
     if (*v == '\0' || *end != '\0' || x < lo || x > hi) {
         fprintf(stderr, "hearth serve: %s wants a whole number from %lld to %lld, got '%s'\n",
                 flag, lo, hi, v);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+/* Reads a size in GB (decimal, 0 to 1024); false (after a message) when it is not one. */
+static bool gb_arg(const char *flag, const char *v, double *out)
+{
+    char *end;
+    const double x = strtod(v, &end);
+    if (*v == '\0' || *end != '\0' || !(x >= 0 && x <= 1024)) {
+        fprintf(stderr, "hearth serve: %s wants GB from 0 to 1024, got '%s'\n", flag, v);
         return false;
     }
     *out = x;
@@ -94,11 +109,11 @@ int hx_cmd_serve(int argc, char **argv)
         else if (strcmp(a, "--max-tokens") == 0) { if (!int_arg(a, v, 1, 1 << 24, &x)) return 2; o.max_tokens = (int32_t)x; }
         else if (strcmp(a, "--batch") == 0) { if (!int_arg(a, v, 1, 64, &x)) return 2; o.n_batch = (int32_t)x; }
         else if (strcmp(a, "--step-tokens") == 0) { if (!int_arg(a, v, 16, 256, &x)) return 2; o.step_tokens = (int32_t)x; }
-        else if (strcmp(a, "--prompt-cache") == 0) {
-            char *end;
-            o.prompt_cache_gb = strtod(v, &end);
-            if (*v == '\0' || *end != '\0' || !(o.prompt_cache_gb >= 0 && o.prompt_cache_gb <= 1024)) {
-                fprintf(stderr, "hearth serve: --prompt-cache wants GB from 0 to 1024, got '%s'\n", v);
+        else if (strcmp(a, "--prompt-cache") == 0) { if (!gb_arg(a, v, &o.prompt_cache_gb)) return 2; }
+        else if (strcmp(a, "--memory-budget") == 0) {
+            if (!gb_arg(a, v, &o.memory_budget_gb)) return 2;
+            if (o.memory_budget_gb <= 0) {
+                fprintf(stderr, "hearth serve: --memory-budget must be above 0\n");
                 return 2;
             }
         }

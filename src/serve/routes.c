@@ -76,24 +76,46 @@ void hx_route_stats(void *ctx, hx_http_req *req, hx_http_resp *resp)
     hx_server *s = ctx;
     const figures f = gather(s);
     const hx_executor_stats *e = &f.ex;
-    reply_json(resp, 200,
-               json_pack("{s:s, s:f, s:i, s:{s:I, s:i, s:i}, s:{s:I, s:I, s:I}, s:f, s:f,"
-                         " s:{s:i, s:i, s:i}, s:{s:I, s:I}, s:{s:i, s:i, s:i, s:f, s:f, s:f}}",
-                         "model", s->model_id, "uptime_s", f.uptime_s, "n_ctx", (int)s->n_ctx,
-                         "requests", "served", (json_int_t)e->n_served, "active", (int)e->n_active,
-                         "queued", (int)e->n_queued,
-                         "tokens", "in", (json_int_t)e->n_prompt_tokens,
-                         "cached", (json_int_t)e->n_cached_tokens, "out", (json_int_t)e->n_gen_tokens,
-                         "prompt_tok_s", f.prompt_tok_s, "decode_tok_s", f.decode_tok_s,
-                         "kv_blocks", "used", (int)e->kv_blocks_used,
-                         "free", (int)(e->kv_blocks_total - e->kv_blocks_used),
-                         "total", (int)e->kv_blocks_total,
-                         "memory", "rss_bytes", (json_int_t)f.rss, "peak_rss_bytes",
-                         (json_int_t)f.peak_rss,
-                         "last_request", "prompt_tokens", (int)e->last.n_prompt, "cached_tokens",
-                         (int)e->last.n_cached, "generated_tokens", (int)e->last.n_gen,
-                         "prompt_ms", e->last.prompt_ms, "first_token_ms", e->last.first_ms,
-                         "decode_ms", e->last.gen_ms));
+    const hx_fit_report *fit = &s->fit;
+    json_t *o = json_pack(
+        "{s:s, s:f, s:i, s:i, s:{s:I, s:i, s:i}, s:{s:I, s:I, s:I}, s:f, s:f,"
+        " s:{s:i, s:i, s:i, s:i}, s:I, s:I}",
+        "model", s->model_id, "uptime_s", f.uptime_s, "n_ctx", (int)s->n_ctx,
+        "batch", (int)fit->n_batch,
+        "requests", "served", (json_int_t)e->n_served, "active", (int)e->n_active,
+        "queued", (int)e->n_queued,
+        "tokens", "in", (json_int_t)e->n_prompt_tokens, "cached", (json_int_t)e->n_cached_tokens,
+        "out", (json_int_t)e->n_gen_tokens,
+        "prompt_tok_s", f.prompt_tok_s, "decode_tok_s", f.decode_tok_s,
+        "kv_blocks", "used", (int)e->kv_blocks_used,
+        "free", (int)(e->kv_blocks_total - e->kv_blocks_used), "total", (int)e->kv_blocks_total,
+        "cached", (int)e->kv_blocks_cached,
+        "steps", (json_int_t)e->n_steps, "preempted", (json_int_t)e->n_preempted);
+    /* The memory contract the server started under (hearth fit's terms) beside what is used. */
+    json_t *mem = json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i}",
+        "rss_bytes", (json_int_t)f.rss, "peak_rss_bytes", (json_int_t)f.peak_rss,
+        "budget_bytes", (json_int_t)fit->budget_bytes,
+        "weights_bytes", (json_int_t)fit->weights_bytes, "kv_bytes", (json_int_t)fit->kv_bytes,
+        "scratch_bytes", (json_int_t)fit->scratch_bytes, "embed_bytes", (json_int_t)fit->embed_bytes,
+        "overhead_bytes", (json_int_t)fit->overhead_bytes,
+        "total_bytes", (json_int_t)fit->total_bytes,
+        "prompt_cache_bytes", (json_int_t)s->cache_bytes,
+        "kv_bytes_per_token", (json_int_t)fit->kv_bytes_per_token, "max_ctx", (int)fit->max_ctx);
+    json_t *last = json_pack("{s:i, s:i, s:i, s:f, s:f, s:f}",
+                             "prompt_tokens", (int)e->last.n_prompt,
+                             "cached_tokens", (int)e->last.n_cached,
+                             "generated_tokens", (int)e->last.n_gen,
+                             "prompt_ms", e->last.prompt_ms, "first_token_ms", e->last.first_ms,
+                             "decode_ms", e->last.gen_ms);
+    if (o && mem && last) {
+        json_object_set_new(o, "memory", mem);
+        json_object_set_new(o, "last_request", last);
+    } else {
+        json_decref(o), json_decref(mem), json_decref(last);
+        o = NULL;
+    }
+    reply_json(resp, 200, o);
 }
 
 void hx_route_metrics(void *ctx, hx_http_req *req, hx_http_resp *resp)

@@ -25,6 +25,7 @@ typedef struct {
     int32_t     n_batch;     /* requests generating together; default 8 */
     int32_t     step_tokens; /* rows per engine step (prefill chunk bound); 0: the model's */
     double      prompt_cache_gb; /* prefix cache cap in GB (default 2; 0: off) */
+    double      memory_budget_gb; /* refuse to start beyond it; 0: 75% of RAM */
     bool        int8;        /* single-term int8 activations (faster, less exact) */
     bool        quiet;       /* no per-request log lines */
     /* Sampling flags: they override the model's generation_config.json; requests override them */

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "engine/executor.h"
+#include "engine/fit.h"
 #include "format/model_files.h"
 #include "serve/http.h"
 #include "serve/serve.h"
@@ -25,6 +26,8 @@ typedef struct hx_server {
     int32_t             max_tokens; /* reply limit when a request gives none */
     hx_sampling         sampling;   /* built-in < model's generation_config < server flags */
     double              t_start_ms; /* monotonic, at process start */
+    hx_fit_report       fit;        /* the memory contract the server started under */
+    uint64_t            cache_bytes; /* the prefix cache's cap, within the budget */
 } hx_server;
 
 /* ---- routes.c: operations and the chat page ---- */

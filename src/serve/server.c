@@ -83,6 +83,41 @@ static void server_free(hx_server *s, hx_loaded_model *m)
     hx_loaded_model_close(m);
 }
 
+/* The memory contract (engine/fit.h): the weights, n_batch full contexts of KV and the scratch
+ * must fit the budget, or the server refuses to start with every term in the message; the
+ * prefix cache then gets at most what is left of the budget. */
+static hx_status admit_memory(hx_server *s, hx_err *err)
+{
+    const hx_serve_options *o = &s->opts;
+    hx_fit_params fp = hx_fit_params_default();
+    fp.n_ctx = s->n_ctx;
+    fp.n_batch = o->n_batch > 0 ? o->n_batch : 8;
+    fp.n_threads = o->n_threads;
+    fp.budget_bytes = o->memory_budget_gb > 0 ? (uint64_t)(o->memory_budget_gb * 1e9) : 0;
+    hx_status st = hx_fit_compute(s->mf, &fp, &s->fit, err);
+    if (st != HX_OK) return st;
+    const hx_fit_report *f = &s->fit;
+    const double mib = 1024.0 * 1024.0;
+    if (!f->fits)
+        return hx_err_set(err, HX_E_NOMEM,
+                          "%s does not fit the memory budget of %.0f MiB: weights %.0f + KV cache "
+                          "%.0f (%d positions x %d sequences) + scratch %.0f + embedding rows %.0f "
+                          "+ load %.0f + overhead %.0f = %.0f MiB. %s",
+                          s->model_id, f->budget_bytes / mib, f->weights_bytes / mib,
+                          f->kv_bytes / mib, f->n_ctx, f->n_batch, f->scratch_bytes / mib,
+                          f->embed_bytes / mib, f->load_bytes / mib, f->overhead_bytes / mib,
+                          f->total_bytes / mib,
+                          f->max_ctx > 0 ? "A smaller --ctx or --batch fits (see hearth fit)"
+                                         : "Not even the weights fit: raise --memory-budget");
+    const uint64_t room = f->budget_bytes - f->total_bytes;
+    const uint64_t want = (uint64_t)(o->prompt_cache_gb * 1e9);
+    s->cache_bytes = want < room ? want : room;
+    if (s->cache_bytes < want)
+        fprintf(stderr, "hearth serve: the prompt cache gets %.0f MiB of the %.0f asked: the rest "
+                        "of the memory budget\n", s->cache_bytes / mib, want / mib);
+    return HX_OK;
+}
+
 static hx_status server_load(hx_server *s, hx_loaded_model *m, hx_err *err)
 {
     const hx_serve_options *o = &s->opts;
@@ -92,13 +127,11 @@ static hx_status server_load(hx_server *s, hx_loaded_model *m, hx_err *err)
     s->mf = m->mf, s->tok = m->tok, s->tpl = m->tpl;
     model_id(m->path, s->model_id, sizeof s->model_id);
     s->n_ctx = o->n_ctx > 0 ? o->n_ctx : hx_sequence_default_ctx(&s->mf->hp);
-    const hx_hparams *hp = &s->mf->hp;
-    const double block_bytes = 16.0 * hp->n_layer * hp->n_kv_head * hp->d_head * 2 /* K, V */ * 2;
-    double cache_blocks = o->prompt_cache_gb * 1e9 / block_bytes;
-    if (cache_blocks > 1 << 22) cache_blocks = 1 << 22;
+    if ((st = admit_memory(s, err)) != HX_OK) return st;
+    const uint64_t block_bytes = 16 * hx_fit_kv_bytes_per_token(&s->mf->hp, HX_FIT_KV_F16);
     const hx_executor_params ep = {.n_ctx = s->n_ctx, .n_batch = o->n_batch,
                                    .step_tokens = o->step_tokens,
-                                   .cache_blocks = (int32_t)cache_blocks,
+                                   .cache_blocks = (int32_t)(s->cache_bytes / block_bytes),
                                    .max_queue = o->max_queue};
     if ((st = hx_executor_open(m->llm, s->tok, &ep, &s->ex, err)) != HX_OK) return st;
     s->created = (int64_t)time(NULL);

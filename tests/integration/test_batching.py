@@ -187,3 +187,21 @@ def test_prompt_that_leaves_no_room_is_a_memory_admission_error(starter):
         with pytest.raises(openai.BadRequestError) as e:
             chat(c, "word " * 40)
         assert e.value.body["type"] == "memory_admission"
+
+
+def test_server_refuses_to_start_beyond_its_memory_budget(starter):
+    from conftest import run
+    # 0.3 GB holds the weights but not 8 sequences of 8192 positions of KV (~1.4 GiB).
+    p = run("serve", "smollm2", "--port", "0", "--memory-budget", "0.3")
+    assert p.returncode == 1
+    for term in ("does not fit", "weights", "KV cache", "scratch", "overhead", "smaller --ctx"):
+        assert term in p.stderr, p.stderr
+
+
+def test_stats_show_the_memory_contract(srv):
+    m = stats(srv)["memory"]
+    terms = ("weights_bytes", "kv_bytes", "scratch_bytes", "overhead_bytes")
+    assert all(m[t] > 0 for t in terms), m
+    assert m["total_bytes"] >= sum(m[t] for t in terms)
+    assert m["budget_bytes"] >= m["total_bytes"] + m["prompt_cache_bytes"]
+    assert m["max_ctx"] >= 8192 and m["kv_bytes_per_token"] > 0
