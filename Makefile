@@ -71,9 +71,12 @@ bench: build starter-model test-deps
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/tokenizer_speed.py --mb 20 --rounds 3
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/engine_bench.py --threads 2 --runs 5
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/server_bench.py --threads 2 --runs 5
+	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/batch_bench.py --threads 2
 	@[ -f $(BUILD)/llama-3.2-1b-q4_0.gguf ] || \
 	    $(PY) bench/gen_shaped_gguf.py $(BUILD)/llama-3.2-1b-q4_0.gguf --shape llama-3.2-1b
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/engine_bench.py --threads 2 --runs 3 \
+	    --model $(BUILD)/llama-3.2-1b-q4_0.gguf
+	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/batch_bench.py --threads 2 --gen 64 --no-peer \
 	    --model $(BUILD)/llama-3.2-1b-q4_0.gguf
 	@[ -f $(BUILD)/llama-3.2-1b-q4_k_m.gguf ] || $(PY) bench/gen_shaped_gguf.py \
 	    $(BUILD)/llama-3.2-1b-q4_k_m.gguf --shape llama-3.2-1b --type q4_k_m

@@ -61,10 +61,10 @@ def wait_ready(url, proc, timeout=300):
     raise SystemExit(f"{url} not ready within {timeout}s")
 
 
-def start_hearth(model, threads):
+def start_hearth(model, threads, *extra):
     t0 = time.monotonic()
     p = subprocess.Popen([HEARTH, "serve", model, "--port", "0", "--threads", str(threads),
-                          "--ctx", "2048", "--quiet"], stdout=subprocess.PIPE,
+                          "--ctx", "2048", "--quiet", *extra], stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True)
     url = None
     while url is None:
