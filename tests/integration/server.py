@@ -108,3 +108,21 @@ def req(s, method, path, body=None, headers=None, timeout=60):
         return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
     finally:
         c.close()
+
+
+def stats(s):
+    """GET /stats of server s, parsed."""
+    st, _, b = req(s, "GET", "/stats")
+    assert st == 200
+    return json.loads(b)
+
+
+def wait_idle(s, timeout=30):
+    """Waits until server s runs and queues nothing; returns its /stats then."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = stats(s)
+        if st["requests"]["active"] == 0 and st["requests"]["queued"] == 0:
+            return st
+        time.sleep(0.05)
+    raise AssertionError(f"server not idle after {timeout}s: {stats(s)}")

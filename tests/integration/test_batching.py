@@ -10,7 +10,7 @@ import time
 import openai
 import pytest
 
-from server import Server, req
+from server import Server, stats, wait_idle
 
 PROMPTS = ["Tell me about the moon.", "What is 2+2?", "Write a poem about cats.",
            "Name three colors.", "Why is the sky blue?", "Describe a forest.", "What is Python?",
@@ -27,22 +27,6 @@ def srv(starter):
 
 def client(s):
     return openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=120)
-
-
-def stats(s):
-    st, _, body = req(s, "GET", "/stats")
-    assert st == 200
-    return json.loads(body)
-
-
-def wait_idle(s, timeout=30):
-    t_end = time.monotonic() + timeout
-    while time.monotonic() < t_end:
-        d = stats(s)
-        if d["requests"]["active"] == 0 and d["requests"]["queued"] == 0:
-            return d
-        time.sleep(0.02)
-    raise AssertionError("server never became idle")
 
 
 def chat(c, prompt, **kw):

@@ -15,7 +15,7 @@ import warnings
 
 import pytest
 
-from server import Server, req
+from server import Server, req, stats, wait_idle
 
 CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
 STORY = [{"role": "user", "content": "Write a very long story about a dragon and a knight."}]
@@ -140,22 +140,6 @@ def dechunk(resp):
         out += rest[:size]
         body = rest[size + 2:]
     return out
-
-
-def stats(s):
-    st, _, b = req(s, "GET", "/stats")
-    assert st == 200
-    return json.loads(b)
-
-
-def wait_idle(s, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        st = stats(s)
-        if st["requests"]["active"] == 0 and st["requests"]["queued"] == 0:
-            return st
-        time.sleep(0.05)
-    raise AssertionError(f"server not idle after {timeout}s: {stats(s)}")
 
 
 def log_text(s):

@@ -96,4 +96,22 @@ static inline const char *check_shared_data(void)
     return d;
 }
 
+/* Path of the starter model (SmolLM2-135M Q4_1 under $HEARTH_HOME/models, default
+ * ~/.cache/hearth), or NULL with a visible skip message when it is not installed. */
+static inline const char *check_starter_model(void)
+{
+    static char path[4096];
+    const char *home = getenv("HEARTH_HOME");
+    if (home && *home) snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", home);
+    else snprintf(path, sizeof path, "%s/.cache/hearth/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                  getenv("HOME") ? getenv("HOME") : "");
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        printf("skip: the starter model is absent (%s)\n", path);
+        return NULL;
+    }
+    fclose(f);
+    return path;
+}
+
 #endif

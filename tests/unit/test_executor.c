@@ -36,17 +36,8 @@ static bool rig_open(rig *r, int32_t max_queue)
 static bool rig_open_with(rig *r, const hx_executor_params *p)
 {
     memset(r, 0, sizeof *r);
-    char path[4096];
-    const char *home = getenv("HEARTH_HOME");
-    if (home && *home) snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", home);
-    else snprintf(path, sizeof path, "%s/.cache/hearth/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-                  getenv("HOME") ? getenv("HOME") : "");
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        printf("skip: the starter model is absent (%s)\n", path);
-        return false;
-    }
-    fclose(f);
+    const char *path = check_starter_model();
+    if (!path) return false;
     hx_err err = {0};
     hx_status st = hx_loaded_model_open(path, 2, 0, false, &r->m, &err);
     if (st == HX_OK) st = hx_executor_open(r->m.llm, r->m.tok, p, &r->ex, &err);

@@ -19,17 +19,8 @@
 /* Opens the starter model's description, or returns NULL after a skip line. */
 static hx_model_files *starter(void)
 {
-    char path[4096];
-    const char *home = getenv("HEARTH_HOME");
-    if (home && *home) snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", home);
-    else snprintf(path, sizeof path, "%s/.cache/hearth/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-                  getenv("HOME") ? getenv("HOME") : "");
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        printf("skip: the starter model is absent (%s)\n", path);
-        return NULL;
-    }
-    fclose(f);
+    const char *path = check_starter_model();
+    if (!path) return NULL;
     hx_model_files *mf = NULL;
     hx_err err = {0};
     if (hx_model_files_open(path, &mf, &err) != HX_OK) {
