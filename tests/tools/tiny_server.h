@@ -21,7 +21,7 @@ static const char tiny_chatml[] =
 
 /* The GPT-2 byte -> character table: printable bytes stand for themselves, the others are
  * numbered from U+0100 in byte order. */
-static uint32_t tiny_byte_cp(int b)
+static inline uint32_t tiny_byte_cp(int b)
 {
     if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE) return (uint32_t)b;
     uint32_t n = 0;
@@ -31,7 +31,7 @@ static uint32_t tiny_byte_cp(int b)
 
 /* Fills s (zeroed first) with the tiny tokenizer and template, n_ctx and max_tokens, default
  * sampling with a fixed seed. false (err set) on failure; release with tiny_server_close. */
-static bool tiny_server_open(hx_server *s, int32_t n_ctx, int32_t max_tokens, hx_err *err)
+static inline bool tiny_server_open(hx_server *s, int32_t n_ctx, int32_t max_tokens, hx_err *err)
 {
     memset(s, 0, sizeof *s);
     json_t *vocab = json_object();
@@ -66,7 +66,7 @@ static bool tiny_server_open(hx_server *s, int32_t n_ctx, int32_t max_tokens, hx
     return true;
 }
 
-static void tiny_server_close(hx_server *s)
+static inline void tiny_server_close(hx_server *s)
 {
     hx_template_free(s->tpl);
     hx_tokenizer_close(s->tok);
