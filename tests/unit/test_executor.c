@@ -65,13 +65,14 @@ static hx_completion *completion(const rig *r, const char *text, int32_t max_tok
     return c;
 }
 
-/* Reads events until DONE (at most 30 s); returns DONE, with the TEXT events counted. */
+/* Reads events until DONE (at most 100 s: the sanitizer build is slow); returns DONE, with the
+ * TEXT events counted. */
 static hx_event read_all(hx_job *j, int *n_text, char *text, size_t cap)
 {
     hx_event ev;
     size_t len = 0;
     *n_text = 0;
-    for (int waited = 0; waited < 300; waited++) {
+    for (int waited = 0; waited < 1000; waited++) {
         if (!hx_job_next(j, &ev, 100)) continue;
         if (ev.kind == HX_EVENT_DONE) return ev;
         (*n_text)++;
@@ -85,7 +86,7 @@ static hx_event read_all(hx_job *j, int *n_text, char *text, size_t cap)
 static bool first_text(hx_job *j)
 {
     hx_event ev;
-    for (int waited = 0; waited < 300; waited++) {
+    for (int waited = 0; waited < 1000; waited++) {
         if (!hx_job_next(j, &ev, 100)) continue;
         const bool text = ev.kind == HX_EVENT_TEXT;
         hx_event_clear(&ev);
@@ -251,12 +252,12 @@ static int test_batched_outputs_equal_alone_outputs(void)
     for (uint64_t seed = 0; seed <= 7; seed += 7) {
         static char alone[N_JOBS][1024], together[N_JOBS][1024];
         hx_executor_stats s0, s1;
-        CHECK_EQ(run_jobs(&r, false, seed, 24, alone), 0);
+        CHECK_EQ(run_jobs(&r, false, seed, 12, alone), 0);
         hx_executor_stats_get(r.ex, &s0);
-        CHECK_EQ(run_jobs(&r, true, seed, 24, together), 0);
+        CHECK_EQ(run_jobs(&r, true, seed, 12, together), 0);
         hx_executor_stats_get(r.ex, &s1);
-        /* Together, 4 jobs of 24 tokens share their steps: about 24, far from 4 x 24. */
-        CHECK(s1.n_steps - s0.n_steps < 2 * 24);
+        /* Together, 4 jobs of 12 tokens share their steps: about 12, far from 4 x 12. */
+        CHECK(s1.n_steps - s0.n_steps < 2 * 12);
         for (int i = 0; i < N_JOBS; i++) {
             if (strcmp(alone[i], together[i]) != 0)
                 CHECK_FAIL("seed %llu, prompt %d: alone \"%s\" vs batched \"%s\"",
@@ -272,12 +273,12 @@ static int test_batched_outputs_equal_alone_outputs(void)
 static int test_preempted_jobs_lose_and_repeat_nothing(void)
 {
     rig r;
-    /* Each job needs ceil((~6 + 80) / 16) = 6 blocks; 4 of them need 24: give them 14. */
-    const hx_executor_params p = {.n_ctx = 256, .n_batch = N_JOBS, .max_queue = 8, .kv_blocks = 14};
+    /* Each job needs ceil((~6 + 40) / 16) = 3 blocks; 4 of them need 12: give them 7. */
+    const hx_executor_params p = {.n_ctx = 256, .n_batch = N_JOBS, .max_queue = 8, .kv_blocks = 7};
     if (!rig_open_with(&r, &p)) return 0;
     static char alone[N_JOBS][1024], together[N_JOBS][1024];
-    CHECK_EQ(run_jobs(&r, false, 0, 80, alone), 0);
-    CHECK_EQ(run_jobs(&r, true, 0, 80, together), 0);
+    CHECK_EQ(run_jobs(&r, false, 0, 40, alone), 0);
+    CHECK_EQ(run_jobs(&r, true, 0, 40, together), 0);
     hx_executor_stats s;
     hx_executor_stats_get(r.ex, &s);
     CHECK(s.n_preempted > 0);
@@ -301,13 +302,13 @@ static int test_long_prompt_does_not_stall_a_running_job(void)
     CHECK(first_text(a));
     static char text[8192];
     text[0] = '\0';
-    for (int i = 0; i < 40; i++) strcat(text, "The quick brown fox jumps over the lazy dog. ");
+    for (int i = 0; i < 12; i++) strcat(text, "The quick brown fox jumps over the lazy dog. ");
     CHECK_EQ(hx_executor_submit(r.ex, completion(&r, text, 4), &b, &err), HX_OK);
-    /* Until b's first text, count a's: b's ~400-token prompt takes ~13 chunks of 32 rows, and a
+    /* Until b's first text, count a's: b's ~120-token prompt takes ~4 chunks of 32 rows, and a
      * gets a token in each of those steps. */
     int a_tokens = 0;
     hx_event ev;
-    for (int waited = 0; waited < 600; waited++) {
+    for (int waited = 0; waited < 2000; waited++) {
         if (hx_job_next(b, &ev, 0)) {
             const bool text_b = ev.kind == HX_EVENT_TEXT;
             hx_event_clear(&ev);
@@ -318,7 +319,7 @@ static int test_long_prompt_does_not_stall_a_running_job(void)
             hx_event_clear(&ev);
         }
     }
-    CHECK(a_tokens >= 8);
+    CHECK(a_tokens >= 3);
     hx_job_release(a);
     hx_job_release(b);
     rig_free(&r);
