@@ -29,14 +29,30 @@ typedef struct {
     bool         pairs;    /* true: rotate (2i, 2i+1) (GGUF Llama); false: (i, i + n_rot/2) */
 } hx_rope;
 
+/* How the KV cache stores K and V, chosen once when the pool is created (DESIGN §3). Append
+ * only. The quantized forms keep, per group of 32 consecutive elements of a head's row, an f16
+ * scale s and an f16 minimum m, value = m + s * code: Q8 has 8-bit codes (36 bytes per 32
+ * elements, 0.56x of F16), Q4 4-bit codes (20 bytes per 32, 0.31x). They need d_head % 32 == 0.
+ * The byte layout is the backend's (CPU: src/backend/cpu/kv_quant.h). */
+typedef enum {
+    HX_KV_F16 = 0,
+    HX_KV_Q8  = 1,
+    HX_KV_Q4  = 2,
+    HX_KV_DTYPE_COUNT
+} hx_kv_dtype;
+
 /* KV storage: n_blocks blocks of block_tokens positions, each holding K and V of every layer.
  * Layout of K (and V alike): [n_blocks][n_layer][n_kv_head][block_tokens][d_head] f16, so one
  * kv head's positions of a block are contiguous (what attention reads, head by head). kv_dim =
- * n_kv_head * d_head. Block ids come from the KV pool (src/kv), which owns allocation and
- * sharing; the backend owns the bytes. */
+ * n_kv_head * d_head. With a quantized dtype the order of blocks, layers and kv heads is the
+ * same, and each (block, layer, kv head) holds one tile of its block_tokens positions in the
+ * backend's quantized layout. Block ids come from the KV pool (src/kv), which owns allocation
+ * and sharing; the backend owns the bytes. dtype is last so that older initializers leave it
+ * zero (F16). */
 typedef struct {
-    void   *k, *v;
-    int32_t n_blocks, block_tokens, n_layer, n_kv_head, d_head, kv_dim;
+    void       *k, *v;
+    int32_t     n_blocks, block_tokens, n_layer, n_kv_head, d_head, kv_dim;
+    hx_kv_dtype dtype;
 } hx_kv_store;
 
 /* One sequence's view of the cache for attention: its block table and how many positions are
@@ -73,7 +89,8 @@ struct hx_backend {
     const hx_tensor *(*weight)(hx_backend *be, const hx_tensor *w, hx_err *err);
     void (*weight_release)(hx_backend *be, const hx_tensor *w);
 
-    /* KV storage for n_blocks blocks; freed by kv_free. */
+    /* KV storage for n_blocks blocks in kv->dtype; freed by kv_free. HX_E_INVALID when the
+     * backend cannot store that dtype for this shape (quantized with d_head % 32 != 0). */
     hx_status (*kv_alloc)(hx_backend *be, hx_kv_store *kv, hx_err *err);
     void (*kv_free)(hx_backend *be, hx_kv_store *kv);
 

@@ -17,11 +17,29 @@ typedef struct hx_kv_pool {
 } hx_kv_pool;
 
 /* Creates a pool of n_blocks blocks of block_tokens positions for n_layer layers of n_kv_head
- * heads of d_head. */
+ * heads of d_head, stored as f16. Same as hx_kv_pool_create_typed(..., HX_KV_F16, ...). */
 hx_status hx_kv_pool_create(hx_backend *be, int32_t n_layer, int32_t n_kv_head, int32_t d_head,
                             int32_t block_tokens, int32_t n_blocks, hx_kv_pool **out,
                             hx_err *err);
+/* The same with K and V stored as dtype (backend.h): HX_KV_F16, or HX_KV_Q8 / HX_KV_Q4 (8- or
+ * 4-bit codes with an f16 scale and minimum per 32 elements; about 0.56x and 0.31x the bytes of
+ * f16, so a memory budget holds 1.8x / 3.2x the positions). The dtype is fixed for the pool's
+ * life; attention reads it directly. HX_E_INVALID with a message naming d_head when a quantized
+ * dtype is asked for and d_head % 32 != 0, or for an unknown dtype; *out untouched on failure. */
+hx_status hx_kv_pool_create_typed(hx_backend *be, int32_t n_layer, int32_t n_kv_head,
+                                  int32_t d_head, int32_t block_tokens, int32_t n_blocks,
+                                  hx_kv_dtype dtype, hx_kv_pool **out, hx_err *err);
 void      hx_kv_pool_free(hx_kv_pool *pool); /* accepts NULL */
+
+/* Bytes of K plus V per cached position (all layers) in dtype: what one token of context costs,
+ * for sizing a pool from a memory budget. 0 when the dtype cannot store this shape. */
+size_t hx_kv_dtype_bytes_per_token(hx_kv_dtype dtype, int32_t n_layer, int32_t n_kv_head,
+                                   int32_t d_head);
+/* "f16", "q8", "q4" (static text; "?" for an unknown value). */
+const char *hx_kv_dtype_name(hx_kv_dtype dtype);
+/* Parses "f16", "q8" or "q4" (the --kv option) into *out; HX_E_INVALID with a message naming the
+ * accepted values otherwise (*out untouched). */
+hx_status   hx_kv_dtype_parse(const char *name, hx_kv_dtype *out, hx_err *err);
 
 /* A free block with reference count 1, or -1 when none is left. */
 int32_t hx_kv_pool_alloc(hx_kv_pool *pool);

@@ -1,11 +1,12 @@
 /* logits.c - parity tool: runs hearth's forward pass on token ids (built as `hx-logits`).
  *
- * usage: hx-logits MODEL OUT.bin [--threads N] [--chunk N] [--greedy N] [--int8]
+ * usage: hx-logits MODEL OUT.bin [--threads N] [--chunk N] [--greedy N] [--int8] [--kv f16|q8|q4]
  * Reads a JSON array of token ids on stdin. Runs them through the model in prefill chunks of
  * --chunk rows (default 64) with logits for every row, and writes them to OUT.bin as little-endian
  * float32 [n_tok, n_vocab]. With --greedy N it then decodes N tokens greedily, one step at a time
  * through the KV cache, and prints them as a JSON array on stdout. --int8 uses the int8-activation
- * matmuls (HX_CPU_INT8_ACT). */
+ * matmuls (HX_CPU_INT8_ACT). --kv stores the KV cache as f16 (default) or quantized q8/q4
+ * (hx_kv_pool_create_typed), which prefill attention reads as well as decode. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,7 @@ int main(int argc, char **argv)
 {
     if (argc < 3) return die("usage: hx-logits MODEL OUT.bin [--threads N] [--chunk N] [--greedy N]");
     int threads = 0, chunk = 64, greedy = 0, int8 = 0;
+    hx_kv_dtype kv_dtype = HX_KV_F16;
     for (int i = 3; i < argc; i++)
         if (strcmp(argv[i], "--int8") == 0) int8 = 1;
     for (int i = 3; i + 1 < argc; i += 2) {
@@ -55,6 +57,10 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--threads") == 0) threads = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--chunk") == 0) chunk = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--greedy") == 0) greedy = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--kv") == 0) {
+            hx_err kerr = {0};
+            if (hx_kv_dtype_parse(argv[i + 1], &kv_dtype, &kerr) != HX_OK) return die(kerr.msg);
+        }
         else return die("unknown option");
     }
     if (chunk < 1 || chunk > 4096) return die("--chunk must be 1..4096");
@@ -77,8 +83,8 @@ int main(int argc, char **argv)
         hx_cpu_backend_create(threads, int8 ? HX_CPU_INT8_ACT : 0, &be, &err) || hx_llm_open(mf, be, chunk, &m, &err))
         return die(err.msg);
     const int32_t total = n + greedy;
-    if (hx_kv_pool_create(be, mf->hp.n_layer, mf->hp.n_kv_head, mf->hp.d_head, 16,
-                          (total + 15) / 16 + 1, &pool, &err))
+    if (hx_kv_pool_create_typed(be, mf->hp.n_layer, mf->hp.n_kv_head, mf->hp.d_head, 16,
+                                (total + 15) / 16 + 1, kv_dtype, &pool, &err))
         return die(err.msg);
     const size_t V = (size_t)mf->hp.n_vocab;
     float *logits = malloc((size_t)chunk * V * sizeof(float));

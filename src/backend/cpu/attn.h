@@ -17,7 +17,17 @@
  * The reference (attn_ref.c) is the definition; SIMD variants change only the summation order,
  * fused multiply-adds and exp (a polynomial within 2 ulp of expf), and are tested to agree within
  * 1e-5 relative to the largest |V| (tests/unit/test_cpu_attention.c). Everything here is pure:
- * no allocation, no state, thread-safe. Out must not overlap q (it is the accumulator). */
+ * no allocation, no state, thread-safe. Out must not overlap q (it is the accumulator).
+ *
+ * Quantized cache (HX_KV_Q8, HX_KV_Q4; layout in kv_quant.h): the same walk and online softmax,
+ * reading the codes directly; nothing is dequantized to memory. With per-group scale s and
+ * minimum m, the kernels use the affine form on both sides of a chunk:
+ *   score_j = sum_g s_jg * (q_g . c_jg) + sum_g m_jg * sum(q_g)
+ *   out_i  += sum_j (p_j s_jg) c_ji    + sum_j p_j m_jg          (g the group of element i)
+ * so per key and element the work is one code conversion and one FMA, as for f16, and the scale
+ * and minimum terms are vectors across the chunk's 16 keys (hence their key-major layout). The
+ * reference (hx_attn_q_ref) dequantizes each row of the chunk with hx_kvq_dequantize_row and runs
+ * the f16 reference's arithmetic on it: it is attention over the dequantized cache. */
 #ifndef HX_BACKEND_CPU_ATTN_H
 #define HX_BACKEND_CPU_ATTN_H
 #include <stddef.h>
@@ -35,6 +45,15 @@ typedef struct {
     int32_t         block_tokens;
 } hx_attn_kv;
 
+/* One layer's and kv head's view of a quantized cache (kv_quant.h). Borrowed pointers. */
+typedef struct {
+    const uint8_t *k, *v;         /* the tile of block 0 for this layer and kv head */
+    const int32_t *blocks;        /* the sequence's block table */
+    size_t         block_stride;  /* bytes from a block's tile to the next block's */
+    int32_t        block_tokens;
+    int32_t        dtype;         /* HX_KV_Q8 or HX_KV_Q4 */
+} hx_attn_qkv;
+
 /* The chunk of keys that starts at position pos (pos <= last): up to HX_ATTN_CHUNK keys, never
  * past last nor across the end of pos's block. Returns its length and sets *base to the offset,
  * in elements from kv->k (and kv->v), of its first key. Every variant walks the cache this way. */
@@ -47,12 +66,29 @@ static inline int32_t hx_attn_chunk(const hx_attn_kv *kv, int32_t pos, int32_t l
     return n;
 }
 
+/* The same walk over a quantized cache: sets *tile to the byte offset (from kv->k and kv->v) of
+ * the chunk's block tile and *off to the chunk's first position within it. */
+static inline int32_t hx_attn_qchunk(const hx_attn_qkv *kv, int32_t pos, int32_t last,
+                                     size_t *tile, int32_t *off)
+{
+    const int32_t bt = kv->block_tokens, o = pos % bt;
+    int32_t n = bt - o < last + 1 - pos ? bt - o : last + 1 - pos;
+    if (n > HX_ATTN_CHUNK) n = HX_ATTN_CHUNK;
+    *tile = (size_t)kv->blocks[pos / bt] * kv->block_stride;
+    *off = o;
+    return n;
+}
+
 /* out[g][i] = sum_j softmax_j(scale * q[g] . k_j) v_j[i] over positions first <= j <= last.
  * q, out: [n_q, d_head] (out is also the running accumulator: it must not overlap q).
  * Requires 1 <= n_q <= HX_ATTN_MAX_Q, first <= last, and d_head a multiple of the variant's
  * d_align. */
 typedef void (*hx_attn_fn)(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head,
                            float scale, int32_t first, int32_t last, float *out);
+
+/* The same over a quantized cache: d_head % 32 == 0 (every variant), kv->dtype Q8 or Q4. */
+typedef void (*hx_attn_q_fn)(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d_head,
+                             float scale, int32_t first, int32_t last, float *out);
 
 /* y[i] = f16(x[i]) with round to nearest even, n elements (the cache write). Every variant gives
  * the bits of hx_f32_to_f16 for every non-NaN input; a NaN stays a NaN (payload may differ). */
@@ -64,6 +100,7 @@ typedef struct {
     int32_t         d_align; /* d_head must be a multiple of this for attend */
     hx_attn_fn      attend;
     hx_f16_store_fn store;
+    hx_attn_q_fn    attend_q; /* quantized cache (Q8 and Q4), any d_head % 32 == 0 */
 } hx_attn_variant;
 
 /* The variants this CPU can run under isa mask `isa`, best first, the reference last; writes up
@@ -80,6 +117,14 @@ void hx_attn_avx512(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d
                     float scale, int32_t first, int32_t last, float *out);
 void hx_attn_neon(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
                   int32_t first, int32_t last, float *out);
+void hx_attn_q_ref(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d_head,
+                   float scale, int32_t first, int32_t last, float *out);
+void hx_attn_q_avx2(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d_head,
+                    float scale, int32_t first, int32_t last, float *out);
+void hx_attn_q_avx512(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d_head,
+                      float scale, int32_t first, int32_t last, float *out);
+void hx_attn_q_neon(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d_head,
+                    float scale, int32_t first, int32_t last, float *out);
 void hx_f16_store_ref(const float *x, uint16_t *y, int64_t n);
 void hx_f16_store_avx2(const float *x, uint16_t *y, int64_t n);
 void hx_f16_store_avx512(const float *x, uint16_t *y, int64_t n);

@@ -13,6 +13,7 @@
 #include "base/cpu.h"
 #include "base/err.h"
 #include "base/f16.h"
+#include "backend/cpu/kv_quant.h"
 
 /* State per head: running max m and sum l; the running weighted sum of V lives in out. */
 void hx_attn_ref(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
@@ -61,6 +62,62 @@ void hx_attn_ref(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_he
         for (int32_t i = 0; i < d; i++) out[g * d + i] /= l[g];
 }
 
+/* Attention over the dequantized cache: each chunk's K and V rows are dequantized into a
+ * stack buffer (16 rows, never the whole cache) and the loops are those of hx_attn_ref. */
+void hx_attn_q_ref(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d_head,
+                   float scale, int32_t first, int32_t last, float *out)
+{
+    enum { MAX_D = 256 };
+    const int32_t d = d_head, bt = kv->block_tokens;
+    const hx_kv_dtype dt = (hx_kv_dtype)kv->dtype;
+    float m[HX_ATTN_MAX_Q], l[HX_ATTN_MAX_Q];
+    float kf[HX_ATTN_CHUNK][MAX_D], vf[HX_ATTN_CHUNK][MAX_D];
+    HX_ASSERT(n_q >= 1 && n_q <= HX_ATTN_MAX_Q && first <= last);
+    HX_ASSERT(d % HX_KVQ_GROUP == 0 && d <= MAX_D && (dt == HX_KV_Q8 || dt == HX_KV_Q4));
+    for (int32_t g = 0; g < n_q; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        for (int32_t i = 0; i < d; i++) out[g * d + i] = 0.0f;
+    }
+    int32_t n = 0;
+    for (int32_t pos = first; pos <= last; pos += n) {
+        size_t tile;
+        int32_t off;
+        n = hx_attn_qchunk(kv, pos, last, &tile, &off);
+        for (int32_t j = 0; j < n; j++) {
+            hx_kvq_dequantize_row(dt, kv->k + tile, bt, off + j, d, kf[j]);
+            hx_kvq_dequantize_row(dt, kv->v + tile, bt, off + j, d, vf[j]);
+        }
+        for (int32_t g = 0; g < n_q; g++) {
+            const float *qg = q + g * d;
+            float *og = out + g * d;
+            float s[HX_ATTN_CHUNK];
+            float mc = m[g];
+            for (int32_t j = 0; j < n; j++) {
+                float dot = 0.0f;
+                for (int32_t i = 0; i < d; i++) dot += qg[i] * kf[j][i];
+                s[j] = dot * scale;
+                mc = s[j] > mc ? s[j] : mc;
+            }
+            const float corr = expf(m[g] - mc);
+            float sum = 0.0f;
+            for (int32_t j = 0; j < n; j++) {
+                s[j] = expf(s[j] - mc);
+                sum += s[j];
+            }
+            l[g] = l[g] * corr + sum;
+            m[g] = mc;
+            for (int32_t i = 0; i < d; i++) {
+                float acc = og[i] * corr;
+                for (int32_t j = 0; j < n; j++) acc += s[j] * vf[j][i];
+                og[i] = acc;
+            }
+        }
+    }
+    for (int32_t g = 0; g < n_q; g++)
+        for (int32_t i = 0; i < d; i++) out[g * d + i] /= l[g];
+}
+
 void hx_f16_store_ref(const float *x, uint16_t *y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) y[i] = hx_f32_to_f16(x[i]);
@@ -70,12 +127,16 @@ void hx_f16_store_ref(const float *x, uint16_t *y, int64_t n)
 
 static const hx_attn_variant attn_impls[] = { /* best first; the reference last */
 #if defined(__x86_64__)
-    { "avx512", HX_ISA_AVX512 | HX_ISA_AVX2, 16, hx_attn_avx512, hx_f16_store_avx512 },
-    { "avx2",   HX_ISA_AVX2,                 8,  hx_attn_avx2,   hx_f16_store_avx2   },
+    { "avx512", HX_ISA_AVX512 | HX_ISA_AVX2, 16, hx_attn_avx512, hx_f16_store_avx512,
+      hx_attn_q_avx512 },
+    { "avx2",   HX_ISA_AVX2,                 8,  hx_attn_avx2,   hx_f16_store_avx2,
+      hx_attn_q_avx2   },
 #elif defined(__aarch64__)
-    { "neon",   HX_ISA_NEON,                 8,  hx_attn_neon,   hx_f16_store_neon   },
+    { "neon",   HX_ISA_NEON,                 8,  hx_attn_neon,   hx_f16_store_neon,
+      hx_attn_q_neon   },
 #endif
-    { "ref",    HX_ISA_NONE,                 1,  hx_attn_ref,    hx_f16_store_ref    },
+    { "ref",    HX_ISA_NONE,                 1,  hx_attn_ref,    hx_f16_store_ref,
+      hx_attn_q_ref    },
 };
 
 int hx_attn_variants(unsigned isa, hx_attn_variant *out, int max)

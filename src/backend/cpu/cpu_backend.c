@@ -24,6 +24,7 @@
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/attn.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kv_quant.h"
 #include "backend/cpu/packed.h"
 
 #define MAX_THREADS 256
@@ -138,21 +139,36 @@ static void cpu_read(hx_backend *be, void *dst, const void *src, size_t n)
     memcpy(dst, src, n);
 }
 
+/* K and V of every block, layer and kv head in kv->dtype: n_blocks * n_layer * n_kv_head tiles
+ * of hx_kv_tile_bytes (kv_quant.h) each. Zeroed, so an unwritten position reads as 0 in every
+ * dtype (scale and minimum 0). */
 static hx_status cpu_kv_alloc(hx_backend *be, hx_kv_store *kv, hx_err *err)
 {
     (void)be;
-    const size_t per = (size_t)kv->n_layer * (size_t)kv->block_tokens * (size_t)kv->kv_dim;
-    if (kv->n_blocks <= 0 || per == 0 || (size_t)kv->n_blocks > SIZE_MAX / 4 / per)
+    static const char *const names[HX_KV_DTYPE_COUNT] = {"f16", "q8", "q4"};
+    if ((unsigned)kv->dtype >= HX_KV_DTYPE_COUNT)
+        return hx_err_set(err, HX_E_INVALID, "KV cache dtype %d is unknown", (int)kv->dtype);
+    if (kv->dtype != HX_KV_F16 && (kv->d_head <= 0 || kv->d_head % HX_KVQ_GROUP != 0))
+        return hx_err_set(err, HX_E_INVALID,
+                          "a %s KV cache needs d_head a multiple of %d (groups of %d share a "
+                          "scale); this model has d_head %d: use f16",
+                          names[kv->dtype], HX_KVQ_GROUP, HX_KVQ_GROUP, kv->d_head);
+    const size_t per = kv->n_layer <= 0 || kv->n_kv_head <= 0 || kv->block_tokens <= 0 ||
+                               kv->d_head <= 0
+                           ? 0
+                           : (size_t)kv->n_layer * (size_t)kv->n_kv_head *
+                                 hx_kv_tile_bytes(kv->dtype, kv->block_tokens, kv->d_head);
+    if (kv->n_blocks <= 0 || per == 0 || (size_t)kv->n_blocks > SIZE_MAX / 2 / per)
         return hx_err_set(err, HX_E_INVALID, "KV cache of %d blocks is out of range", kv->n_blocks);
-    const size_t bytes = (size_t)kv->n_blocks * per * sizeof(uint16_t);
+    const size_t bytes = (size_t)kv->n_blocks * per;
     kv->k = hx_calloc(1, bytes);
     kv->v = hx_calloc(1, bytes);
     if (!kv->k || !kv->v) {
         hx_free(kv->k);
         hx_free(kv->v);
         kv->k = kv->v = NULL;
-        return hx_err_set(err, HX_E_NOMEM, "out of memory for a %zu MiB KV cache",
-                          2 * bytes >> 20);
+        return hx_err_set(err, HX_E_NOMEM, "out of memory for a %zu MiB %s KV cache",
+                          2 * bytes >> 20, names[kv->dtype]);
     }
     return HX_OK;
 }
@@ -573,6 +589,22 @@ static void cpu_kv_write(hx_backend *be, hx_kv_store *kv, int32_t layer, const h
 {
     const hx_f16_store_fn store = impl_of(be)->attn[0].store;
     const int32_t kvd = kv->kv_dim, dh = kv->d_head;
+    if (kv->dtype != HX_KV_F16) { /* quantized: each head's row into its (block, layer) tile */
+        const hx_kv_dtype dt = kv->dtype;
+        const int32_t bt = kv->block_tokens;
+        const size_t tile_bytes = hx_kv_tile_bytes(dt, bt, dh);
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int32_t h = 0; h < kv->n_kv_head; h++) {
+                const int32_t block = seq->blocks[pos[t] / bt], off = pos[t] % bt;
+                const size_t tile = (((size_t)block * (size_t)kv->n_layer + (size_t)layer) *
+                                         (size_t)kv->n_kv_head + (size_t)h) * tile_bytes;
+                hx_kvq_quantize_row(dt, k + t * kvd + h * dh, dh, (uint8_t *)kv->k + tile, bt,
+                                    off);
+                hx_kvq_quantize_row(dt, v + t * kvd + h * dh, dh, (uint8_t *)kv->v + tile, bt,
+                                    off);
+            }
+        return;
+    }
     for (int64_t t = 0; t < n_tok; t++)
         for (int32_t h = 0; h < kv->n_kv_head; h++) {
             store(k + t * kvd + h * dh, kv_at(kv, kv->k, layer, h, seq, pos[t]), dh);
@@ -581,7 +613,8 @@ static void cpu_kv_write(hx_backend *be, hx_kv_store *kv, int32_t layer, const h
 }
 
 typedef struct {
-    hx_attn_fn           attend;
+    hx_attn_fn           attend;   /* f16 cache */
+    hx_attn_q_fn         attend_q; /* quantized cache */
     const hx_kv_store   *kv;
     int32_t              layer;
     const hx_kv_seq     *seq;
@@ -618,6 +651,22 @@ static void attention_task(void *p, int ith, int nth)
         const int32_t last = a->pos[t];
         const int32_t first = s->sliding_window > 0 && last - s->sliding_window + 1 > 0
                                   ? last - s->sliding_window + 1 : 0;
+        if (kv->dtype != HX_KV_F16) { /* tiles of (block, layer, kv head), kv_quant.h */
+            const size_t tb = hx_kv_tile_bytes(kv->dtype, kv->block_tokens, d);
+            const size_t off = ((size_t)a->layer * (size_t)kv->n_kv_head + (size_t)kvh) * tb;
+            const hx_attn_qkv qview = {
+                .k = (const uint8_t *)kv->k + off,
+                .v = (const uint8_t *)kv->v + off,
+                .blocks = a->seq->blocks,
+                .block_stride = (size_t)kv->n_layer * (size_t)kv->n_kv_head * tb,
+                .block_tokens = kv->block_tokens,
+                .dtype = kv->dtype,
+            };
+            a->attend_q(&qview, a->q + r * d, (int32_t)(r_end - r), d, s->scale, first, last,
+                        a->out + r * d);
+            r = r_end;
+            continue;
+        }
         const size_t head_off = layer_off + (size_t)kvh * (size_t)kv->block_tokens * (size_t)d;
         const hx_attn_kv view = {
             .k = (const uint16_t *)kv->k + head_off,
@@ -634,7 +683,8 @@ static void attention_task(void *p, int ith, int nth)
 }
 
 /* Picks the best variant whose d_head alignment fits this model (once per call, outside every
- * loop; the reference fits any d_head). */
+ * loop; the reference fits any d_head). A quantized cache takes the best variant's attend_q,
+ * which every variant has for any d_head % 32 == 0 (kv_alloc refused the others). */
 static void cpu_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
                           const hx_kv_seq *seq, const float *q, const int32_t *pos, int64_t n_tok,
                           const hx_attn_shape *s, float *out)
@@ -648,9 +698,10 @@ static void cpu_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
             break;
         }
     }
+    HX_ASSERT(kv->dtype == HX_KV_F16 || s->d_head % HX_KVQ_GROUP == 0);
     const int32_t group = s->n_head / s->n_kv_head;
     const int64_t align = n_tok * s->n_kv_head >= 4 * (int64_t)c->n_threads ? group : 1;
-    attn_args a = {attend, kv, layer, seq, q, pos, n_tok, s, align, out};
+    attn_args a = {attend, c->attn[0].attend_q, kv, layer, seq, q, pos, n_tok, s, align, out};
     hx_pool_run(c->pool, attention_task, &a);
 }
 
