@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "base/procmem.h"
 #include "serve/serve_int.h"
 
 static double now_ms(void)
@@ -18,21 +19,6 @@ static double now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-/* Resident and peak resident bytes of this process, from /proc/self/status (0 where unknown). */
-static void memory_bytes(int64_t *rss, int64_t *peak)
-{
-    *rss = *peak = 0;
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return;
-    char line[256];
-    long long kib;
-    while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "VmRSS: %lld kB", &kib) == 1) *rss = kib * 1024;
-        else if (sscanf(line, "VmHWM: %lld kB", &kib) == 1) *peak = kib * 1024;
-    }
-    fclose(f);
 }
 
 typedef struct {
@@ -49,7 +35,7 @@ static figures gather(hx_server *s)
     const int64_t n_prefilled = f.ex.n_prompt_tokens - f.ex.n_cached_tokens;
     f.prompt_tok_s = f.ex.prompt_ms > 0 ? (double)n_prefilled / f.ex.prompt_ms * 1e3 : 0;
     f.decode_tok_s = f.ex.gen_ms > 0 ? (double)f.ex.n_gen_timed / f.ex.gen_ms * 1e3 : 0;
-    memory_bytes(&f.rss, &f.peak_rss);
+    hx_proc_memory(&f.rss, &f.peak_rss);
     return f;
 }
 
