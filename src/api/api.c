@@ -122,7 +122,7 @@ HX_API hx_status hx_session_open(hx_model *m, const hx_model_params *params, hx_
     if (st == HX_OK) st = hx_llm_open(m->mf, s->be, HX_SEQUENCE_STEP_TOKENS, &s->llm, &s->err);
     if (st == HX_OK) {
         const int32_t ctx = p.n_ctx > 0 ? p.n_ctx : hx_sequence_default_ctx(&m->mf->hp);
-        st = hx_sequence_init(s->llm, m->tok, ctx, &s->seq, &s->err);
+        st = hx_sequence_init(s->llm, m->tok, ctx, HX_KV_F16, &s->seq, &s->err);
     }
     if (st != HX_OK) {
         hx_session_close(s);

@@ -15,6 +15,7 @@
 #include "base/membw.h"
 #include "cli/cli.h"
 #include "engine/fit.h"
+#include "kv/kv_pool.h"
 #include "format/discover.h"
 #include "format/model_files.h"
 
@@ -75,11 +76,9 @@ static int parse(int argc, char **argv, fit_opts *o)
             if (!parse_int(v, 1, 256, &n)) goto bad;
             o->p.n_threads = o->probe_threads = (int)n, i++;
         } else if (strcmp(a, "--kv") == 0 && v) {
-            hx_fit_kv_type t = HX_FIT_KV_COUNT;
-            for (int k = 0; k < HX_FIT_KV_COUNT; k++)
-                if (strcmp(v, hx_fit_kv_type_name((hx_fit_kv_type)k)) == 0) t = (hx_fit_kv_type)k;
-            if (t == HX_FIT_KV_COUNT) goto bad;
-            o->p.kv_type = t, i++;
+            hx_err e = {0};
+            if (hx_kv_dtype_parse(v, &o->p.kv_type, &e) != HX_OK) goto bad;
+            i++;
         } else if (strcmp(a, "--memory-budget") == 0 && v) {
             char *end;
             const double gb = strtod(v, &end);
@@ -115,7 +114,7 @@ static json_t *report_json(const char *path, const hx_fit_report *r, int probe_t
     json_object_set_new(j, "n_ctx", json_integer(r->n_ctx));
     json_object_set_new(j, "n_batch", json_integer(r->n_batch));
     json_object_set_new(j, "n_threads", json_integer(r->n_threads));
-    json_object_set_new(j, "kv_type", json_string(hx_fit_kv_type_name(r->kv_type)));
+    json_object_set_new(j, "kv_type", json_string(hx_kv_dtype_name(r->kv_type)));
     json_object_set_new(j, "repacked", json_boolean(r->repacked));
     json_object_set_new(j, "n_ctx_train", json_integer(r->n_ctx_train));
 #define BYTES(k) json_object_set_new(j, #k, json_integer((json_int_t)r->k))
@@ -148,7 +147,7 @@ static void print_text(const char *path, const hx_fit_report *r, int probe_threa
 #define FMT(buf, x) hx_cli_fmt_bytes((double)(x), buf, sizeof buf)
     printf("model           %s\n", path);
     printf("context         %d positions x %d sequence%s, KV %s, %d thread%s\n", r->n_ctx,
-           r->n_batch, r->n_batch == 1 ? "" : "s", hx_fit_kv_type_name(r->kv_type), r->n_threads,
+           r->n_batch, r->n_batch == 1 ? "" : "s", hx_kv_dtype_name(r->kv_type), r->n_threads,
            r->n_threads == 1 ? "" : "s");
     FMT(a, r->weights_bytes);
     FMT(b, r->weights_packed_bytes);

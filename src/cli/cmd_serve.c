@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"
 #include "format/discover.h"
+#include "kv/kv_pool.h"
 #include "serve/serve.h"
 
 /* The starter model `make run` installs into $HEARTH_HOME/models. */
@@ -28,6 +29,8 @@ static void usage(void)
             "                    this size between the others' tokens (default 256)\n"
             "  --prompt-cache GB KV of earlier prompts kept for reuse by common prefix\n"
             "                    (default 2; 0 turns it off)\n"
+            "  --kv f16|q8|q4    KV cache storage: q8 holds 1.8x the positions in the same\n"
+            "                    memory (99%% top-1 agreement with f16), q4 3.2x (84%%)\n"
             "  --memory-budget GB refuse to start when weights + KV + scratch exceed it\n"
             "                    (default 75%% of RAM; see hearth fit)\n"
             "  --threads N       CPU threads (default: physical cores)\n"
@@ -109,6 +112,13 @@ int hx_cmd_serve(int argc, char **argv)
         else if (strcmp(a, "--max-tokens") == 0) { if (!int_arg(a, v, 1, 1 << 24, &x)) return 2; o.max_tokens = (int32_t)x; }
         else if (strcmp(a, "--batch") == 0) { if (!int_arg(a, v, 1, 64, &x)) return 2; o.n_batch = (int32_t)x; }
         else if (strcmp(a, "--step-tokens") == 0) { if (!int_arg(a, v, 16, 256, &x)) return 2; o.step_tokens = (int32_t)x; }
+        else if (strcmp(a, "--kv") == 0) {
+            hx_err e = {0};
+            if (hx_kv_dtype_parse(v, &o.kv, &e) != HX_OK) {
+                fprintf(stderr, "hearth serve: %s\n", e.msg);
+                return 2;
+            }
+        }
         else if (strcmp(a, "--prompt-cache") == 0) { if (!gb_arg(a, v, &o.prompt_cache_gb)) return 2; }
         else if (strcmp(a, "--memory-budget") == 0) {
             if (!gb_arg(a, v, &o.memory_budget_gb)) return 2;

@@ -435,8 +435,8 @@ hx_status hx_executor_open(hx_llm *m, const hx_tokenizer *tok, const hx_executor
         goto fail;
     }
     const int32_t n_blocks = p->kv_blocks > 0 ? p->kv_blocks : ctx_blocks * ex->p.n_batch + p->cache_blocks;
-    st = hx_kv_pool_create(m->be, hp->n_layer, hp->n_kv_head, hp->d_head, 16, n_blocks, &ex->pool,
-                           err);
+    st = hx_kv_pool_create_typed(m->be, hp->n_layer, hp->n_kv_head, hp->d_head, 16, n_blocks,
+                                 p->kv, &ex->pool, err);
     if (st != HX_OK) goto fail;
     if (p->cache_blocks > 0 &&
         (st = hx_prefix_cache_create(ex->pool, 16, p->cache_blocks, &ex->cache, err)) != HX_OK)

@@ -61,6 +61,7 @@ typedef struct {
     int32_t max_queue;    /* jobs allowed to wait */
     int32_t kv_blocks;    /* KV pool size in blocks (0: n_batch full contexts + cache_blocks);
                            * smaller pools preempt the newest job when they run out */
+    hx_kv_dtype kv;       /* how the pool stores K and V (kv_pool.h); HX_KV_F16 is 0 */
 } hx_executor_params;
 
 /* Starts the engine thread over a bound model (borrowed; must outlive the executor). The KV

@@ -19,7 +19,9 @@
 #include "backend/cpu/packed.h"
 #include "base/alloc.h"
 #include "base/cpu.h"
+#include "kv/kv_pool.h"
 #include "engine/sequence.h"
+#include "kv/kv_pool.h"
 #include "model/model.h"
 
 /* ---- mirrored constants ---- */
@@ -47,32 +49,9 @@
 static const char *const layer_matmuls[] = {"attn_q", "attn_k", "attn_v", "attn_output",
                                             "ffn_gate", "ffn_up", "ffn_down"};
 
-const char *hx_fit_kv_type_name(hx_fit_kv_type t)
-{
-    switch (t) {
-    case HX_FIT_KV_F16: return "f16";
-    case HX_FIT_KV_Q8: return "q8";
-    case HX_FIT_KV_Q4: return "q4";
-    default: return "?";
-    }
-}
-
 hx_fit_params hx_fit_params_default(void)
 {
-    return (hx_fit_params){.n_batch = 8, .kv_type = HX_FIT_KV_F16, .repack = HX_FIT_REPACK_AUTO};
-}
-
-uint64_t hx_fit_kv_bytes_per_token(const hx_hparams *hp, hx_fit_kv_type t)
-{
-    /* Per layer and kv head, one position holds d_head elements of K and as many of V. The
-     * quantized types group 32 elements of a head's row with an f16 scale and an f16 minimum. */
-    const uint64_t heads = (uint64_t)hp->n_layer * (uint64_t)hp->n_kv_head, dh = (uint64_t)hp->d_head;
-    const uint64_t blocks = (dh + 31) / 32;
-    switch (t) {
-    case HX_FIT_KV_Q8: return 2 * heads * blocks * 36;
-    case HX_FIT_KV_Q4: return 2 * heads * blocks * 20;
-    default: return 2 * heads * dh * 2;
-    }
+    return (hx_fit_params){.n_batch = 8, .kv_type = HX_KV_F16, .repack = HX_FIT_REPACK_AUTO};
 }
 
 /* ---- the machine ---- */
@@ -316,13 +295,13 @@ static void backend_scratch(const hx_hparams *hp, int64_t T, int32_t n_threads, 
 
 /* ---- the terms at one context ---- */
 
-static void terms(const fit_model *fm, int32_t n_ctx, int32_t n_batch, hx_fit_kv_type kv_type,
+static void terms(const fit_model *fm, int32_t n_ctx, int32_t n_batch, hx_kv_dtype kv_type,
                   uint64_t budget, hx_fit_report *r)
 {
     const hx_hparams *hp = fm->hp;
     const uint64_t blocks = ((uint64_t)n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
     const uint64_t positions = blocks * KV_BLOCK_TOKENS * (uint64_t)n_batch;
-    r->kv_bytes_per_token = hx_fit_kv_bytes_per_token(hp, kv_type);
+    r->kv_bytes_per_token = hx_kv_dtype_bytes_per_token(kv_type, hp->n_layer, hp->n_kv_head, hp->d_head);
     r->kv_bytes = positions * r->kv_bytes_per_token;
     /* Per sequence (sequence.c): the tokens the cache holds, its last logits, the step's pos,
      * seq and row arrays, the pool's refcount and free list, and a sampler. */
@@ -357,8 +336,12 @@ hx_status hx_fit_compute(const hx_model_files *mf, const hx_fit_params *params, 
     if (p.n_ctx < 0 || p.n_ctx > (1 << 24) || p.n_batch < 0 || p.n_batch > 4096)
         return hx_err_set(err, HX_E_INVALID, "context %d or batch %d out of range (0..%d, 0..4096)",
                           p.n_ctx, p.n_batch, 1 << 24);
-    if ((unsigned)p.kv_type >= HX_FIT_KV_COUNT)
+    if ((unsigned)p.kv_type >= HX_KV_DTYPE_COUNT)
         return hx_err_set(err, HX_E_INVALID, "unknown KV cache type %d", (int)p.kv_type);
+    if (hx_kv_dtype_bytes_per_token(p.kv_type, mf->hp.n_layer, mf->hp.n_kv_head, mf->hp.d_head) == 0)
+        return hx_err_set(err, HX_E_INVALID,
+                          "--kv %s needs d_head a multiple of 32; this model has d_head %d",
+                          hx_kv_dtype_name(p.kv_type), mf->hp.d_head);
     if (hp->n_layer < 1 || hp->d_model < 1 || hp->n_head < 1 || hp->n_kv_head < 1 ||
         hp->d_head < 1 || hp->d_ff < 1 || hp->n_vocab < 1 ||
         (uint64_t)hp->n_layer * (uint64_t)hp->n_kv_head * (uint64_t)hp->d_head > ((uint64_t)1 << 30) ||

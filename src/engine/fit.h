@@ -23,17 +23,13 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "backend/backend.h"
 #include "format/model_files.h"
 
 /* Element type of the KV cache. F16 is what the CPU backend stores today; Q8 and Q4 are the
  * per-block affine formats planned as a memory lever: 32 elements share an f16 scale and an f16
  * minimum, so 36 and 20 bytes per 32 elements. */
-typedef enum {
-    HX_FIT_KV_F16 = 0,
-    HX_FIT_KV_Q8  = 1,
-    HX_FIT_KV_Q4  = 2,
-    HX_FIT_KV_COUNT
-} hx_fit_kv_type;
+/* The KV element type is the pool's, hx_kv_dtype (backend/backend.h). */
 
 /* Whether matmul weights are taken as repacked copies (anonymous memory) or read from the
  * mapping. AUTO decides as the CPU backend does on this machine (packed.h: AVX-512 VNNI). */
@@ -42,7 +38,7 @@ typedef enum { HX_FIT_REPACK_AUTO = 0, HX_FIT_REPACK_NEVER = 1, HX_FIT_REPACK_AL
 typedef struct {
     int32_t        n_ctx;                 /* positions per sequence; 0: hx_sequence_default_ctx */
     int32_t        n_batch;               /* concurrent sequences; 0: 8 */
-    hx_fit_kv_type kv_type;               /* HX_FIT_KV_F16 by default */
+    hx_kv_dtype    kv_type;               /* HX_KV_F16 by default */
     uint64_t       budget_bytes;          /* 0: 75% of the RAM this process may use (physical
                                            * memory, or the cgroup limit when lower) */
     double         bandwidth_bytes_per_s; /* 0: no speed prediction */
@@ -56,7 +52,7 @@ hx_fit_params hx_fit_params_default(void); /* n_batch 8, everything else 0 / AUT
 typedef struct {
     /* the parameters as resolved */
     int32_t        n_ctx, n_batch, n_threads;
-    hx_fit_kv_type kv_type;
+    hx_kv_dtype    kv_type;
     bool           repacked;          /* the CPU backend repacks this model's quantized matmuls */
     int32_t        n_ctx_train;       /* the model's trained context (0: unknown) */
     /* the terms */
@@ -94,12 +90,8 @@ typedef struct {
 hx_status hx_fit_compute(const hx_model_files *mf, const hx_fit_params *p, hx_fit_report *out,
                          hx_err *err);
 
-/* Bytes the KV cache of one position takes in a given type: K and V of every layer. */
-uint64_t hx_fit_kv_bytes_per_token(const hx_hparams *hp, hx_fit_kv_type t);
-
 /* 75% of the memory this process may use: min(physical RAM, cgroup limit). 0 when unknown. */
 uint64_t hx_fit_default_budget(void);
 
-const char *hx_fit_kv_type_name(hx_fit_kv_type t); /* "f16", "q8", "q4" */
 
 #endif

@@ -51,7 +51,7 @@ static double now_ms(void)
 /* ---- sequences ---- */
 
 static hx_status sequence_new(hx_llm *m, const hx_tokenizer *tok, hx_kv_pool *pool, int32_t n_ctx,
-                              hx_sequence **out, hx_err *err)
+                              hx_kv_dtype kv, hx_sequence **out, hx_err *err)
 {
     if (n_ctx < 2) return hx_err_set(err, HX_E_INVALID, "context of %d positions is too small", n_ctx);
     hx_sequence *s = hx_calloc(1, sizeof *s);
@@ -64,8 +64,8 @@ static hx_status sequence_new(hx_llm *m, const hx_tokenizer *tok, hx_kv_pool *po
     if (!pool) {
         const hx_hparams *hp = &m->hp;
         s->own_pool = true;
-        st = hx_kv_pool_create(m->be, hp->n_layer, hp->n_kv_head, hp->d_head, BLOCK_TOKENS,
-                               (n_ctx + BLOCK_TOKENS - 1) / BLOCK_TOKENS, &s->pool, err);
+        st = hx_kv_pool_create_typed(m->be, hp->n_layer, hp->n_kv_head, hp->d_head, BLOCK_TOKENS,
+                                     (n_ctx + BLOCK_TOKENS - 1) / BLOCK_TOKENS, kv, &s->pool, err);
         if (st != HX_OK) goto fail;
     }
     s->tokens = hx_alloc((size_t)n_ctx * sizeof(int32_t));
@@ -85,16 +85,16 @@ fail:
     return st;
 }
 
-hx_status hx_sequence_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx_sequence **out,
-                          hx_err *err)
+hx_status hx_sequence_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx_kv_dtype kv,
+                          hx_sequence **out, hx_err *err)
 {
-    return sequence_new(m, tok, NULL, n_ctx, out, err);
+    return sequence_new(m, tok, NULL, n_ctx, kv, out, err);
 }
 
 hx_status hx_sequence_init_shared(hx_llm *m, const hx_tokenizer *tok, hx_kv_pool *pool,
                                   int32_t n_ctx, hx_sequence **out, hx_err *err)
 {
-    return sequence_new(m, tok, pool, n_ctx, out, err);
+    return sequence_new(m, tok, pool, n_ctx, pool->store.dtype, out, err);
 }
 
 void hx_sequence_free(hx_sequence *s)

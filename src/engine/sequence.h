@@ -56,9 +56,9 @@ typedef bool (*hx_gen_cb)(const char *text, size_t len, const hx_token_logprobs 
 typedef struct hx_sequence hx_sequence;
 
 /* A sequence over a model (borrowed), its tokenizer (borrowed) and a KV pool of its own sized for
- * n_ctx positions. */
-hx_status hx_sequence_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx_sequence **out,
-                          hx_err *err);
+ * n_ctx positions, storing K and V as kv (HX_KV_F16, or 8-/4-bit: kv_pool.h). */
+hx_status hx_sequence_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx_kv_dtype kv,
+                          hx_sequence **out, hx_err *err);
 /* The same over a pool shared with other sequences (borrowed; the scheduler's): up to n_ctx
  * positions, blocks taken from the pool as the sequence grows. */
 hx_status hx_sequence_init_shared(hx_llm *m, const hx_tokenizer *tok, hx_kv_pool *pool,

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "sample/sampler.h"
 
 typedef struct {
@@ -26,6 +27,7 @@ typedef struct {
     int32_t     step_tokens; /* rows per engine step (prefill chunk bound); 0: the model's */
     double      prompt_cache_gb; /* prefix cache cap in GB (default 2; 0: off) */
     double      memory_budget_gb; /* refuse to start beyond it; 0: 75% of RAM */
+    hx_kv_dtype kv;          /* KV cache storage: f16 (default), q8, q4 */
     bool        int8;        /* single-term int8 activations (faster, less exact) */
     bool        quiet;       /* no per-request log lines */
     /* Sampling flags: they override the model's generation_config.json; requests override them */

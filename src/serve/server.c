@@ -93,6 +93,7 @@ static hx_status admit_memory(hx_server *s, hx_err *err)
     fp.n_ctx = s->n_ctx;
     fp.n_batch = o->n_batch > 0 ? o->n_batch : 8;
     fp.n_threads = o->n_threads;
+    fp.kv_type = o->kv;
     fp.budget_bytes = o->memory_budget_gb > 0 ? (uint64_t)(o->memory_budget_gb * 1e9) : 0;
     hx_status st = hx_fit_compute(s->mf, &fp, &s->fit, err);
     if (st != HX_OK) return st;
@@ -128,11 +129,11 @@ static hx_status server_load(hx_server *s, hx_loaded_model *m, hx_err *err)
     model_id(m->path, s->model_id, sizeof s->model_id);
     s->n_ctx = o->n_ctx > 0 ? o->n_ctx : hx_sequence_default_ctx(&s->mf->hp);
     if ((st = admit_memory(s, err)) != HX_OK) return st;
-    const uint64_t block_bytes = 16 * hx_fit_kv_bytes_per_token(&s->mf->hp, HX_FIT_KV_F16);
+    const uint64_t block_bytes = 16 * s->fit.kv_bytes_per_token;
     const hx_executor_params ep = {.n_ctx = s->n_ctx, .n_batch = o->n_batch,
                                    .step_tokens = o->step_tokens,
                                    .cache_blocks = (int32_t)(s->cache_bytes / block_bytes),
-                                   .max_queue = o->max_queue};
+                                   .max_queue = o->max_queue, .kv = o->kv};
     if ((st = hx_executor_open(m->llm, s->tok, &ep, &s->ex, err)) != HX_OK) return st;
     s->created = (int64_t)time(NULL);
     s->max_tokens = o->max_tokens > 0 ? o->max_tokens : 512;

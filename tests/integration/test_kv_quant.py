@@ -81,3 +81,25 @@ def test_unknown_kv_type_is_refused(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0
     assert "f16, q8 or q4" in p.stderr
+
+
+def test_run_and_serve_take_kv(starter):
+    from conftest import run
+    from server import Server, stats
+    for kv in ("q8", "q4"):
+        p = run("run", "smollm2", "The capital of France is", "--raw", "--temp", "0",
+                "--max-tokens", "4", "--kv", kv, check=True)
+        assert "Paris" in p.stdout, (kv, p.stdout)
+    p = run("serve", "smollm2", "--kv", "q5")
+    assert p.returncode == 2 and "f16, q8 or q4" in p.stderr
+    sizes = {}
+    for kv in ("f16", "q8"):
+        with Server("smollm2", "--kv", kv, "--prompt-cache", "0") as s:
+            import openai
+            c = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0)
+            r = c.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "What is the capital of France?"}],
+                max_tokens=12, temperature=0)
+            assert "Paris" in r.choices[0].message.content, (kv, r)
+            sizes[kv] = stats(s)["memory"]["kv_bytes_per_token"]
+    assert sizes["q8"] * 32 == sizes["f16"] * 18  # 36 bytes per 32 elements against 64

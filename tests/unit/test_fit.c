@@ -30,7 +30,7 @@ static hx_model_files *starter(void)
     return mf;
 }
 
-static hx_fit_report fit(const hx_model_files *mf, int32_t ctx, int32_t batch, hx_fit_kv_type kv,
+static hx_fit_report fit(const hx_model_files *mf, int32_t ctx, int32_t batch, hx_kv_dtype kv,
                          uint64_t budget)
 {
     hx_fit_params p = hx_fit_params_default();
@@ -53,7 +53,7 @@ static int test_terms_add_up_to_total(void)
     if (!mf) return 0;
     const int32_t ctxs[] = {16, 512, 4096, 8192};
     for (size_t i = 0; i < HX_COUNTOF(ctxs); i++) {
-        const hx_fit_report r = fit(mf, ctxs[i], 3, HX_FIT_KV_F16, 64 * GIB);
+        const hx_fit_report r = fit(mf, ctxs[i], 3, HX_KV_F16, 64 * GIB);
         CHECK_EQ(r.total_bytes, r.weights_bytes + r.kv_bytes + r.scratch_bytes + r.embed_bytes +
                                     r.load_bytes + r.overhead_bytes);
         CHECK(r.weights_bytes > 90u << 20 && r.weights_bytes < 100u << 20); /* 92.1 MiB of tensors */
@@ -69,16 +69,16 @@ static int test_kv_scales_linearly_with_ctx_and_batch(void)
 {
     hx_model_files *mf = starter();
     if (!mf) return 0;
-    const hx_fit_report a = fit(mf, 512, 1, HX_FIT_KV_F16, 64 * GIB);
-    const hx_fit_report b = fit(mf, 1024, 1, HX_FIT_KV_F16, 64 * GIB);
-    const hx_fit_report c = fit(mf, 1024, 4, HX_FIT_KV_F16, 64 * GIB);
+    const hx_fit_report a = fit(mf, 512, 1, HX_KV_F16, 64 * GIB);
+    const hx_fit_report b = fit(mf, 1024, 1, HX_KV_F16, 64 * GIB);
+    const hx_fit_report c = fit(mf, 1024, 4, HX_KV_F16, 64 * GIB);
     /* 30 layers x 3 kv heads x 64 x (K and V) x 2 bytes */
     CHECK_EQ(a.kv_bytes_per_token, 30 * 3 * 64 * 2 * 2);
     CHECK_EQ(a.kv_bytes, 512 * a.kv_bytes_per_token);
     CHECK_EQ(b.kv_bytes, 2 * a.kv_bytes);
     CHECK_EQ(c.kv_bytes, 4 * b.kv_bytes);
     /* A context is held in whole blocks of 16 positions. */
-    CHECK_EQ(fit(mf, 513, 1, HX_FIT_KV_F16, 64 * GIB).kv_bytes, 528 * a.kv_bytes_per_token);
+    CHECK_EQ(fit(mf, 513, 1, HX_KV_F16, 64 * GIB).kv_bytes, 528 * a.kv_bytes_per_token);
     hx_model_files_close(mf);
     return 0;
 }
@@ -87,9 +87,9 @@ static int test_quantized_kv_is_smaller_by_its_ratio(void)
 {
     hx_model_files *mf = starter();
     if (!mf) return 0;
-    const hx_fit_report f16 = fit(mf, 2048, 8, HX_FIT_KV_F16, 64 * GIB);
-    const hx_fit_report q8 = fit(mf, 2048, 8, HX_FIT_KV_Q8, 64 * GIB);
-    const hx_fit_report q4 = fit(mf, 2048, 8, HX_FIT_KV_Q4, 64 * GIB);
+    const hx_fit_report f16 = fit(mf, 2048, 8, HX_KV_F16, 64 * GIB);
+    const hx_fit_report q8 = fit(mf, 2048, 8, HX_KV_Q8, 64 * GIB);
+    const hx_fit_report q4 = fit(mf, 2048, 8, HX_KV_Q4, 64 * GIB);
     CHECK(q8.kv_bytes < f16.kv_bytes && q4.kv_bytes < q8.kv_bytes);
     CHECK_EQ(q8.kv_bytes * 64, f16.kv_bytes * 36); /* bytes per 32 elements: 64, 36, 20 */
     CHECK_EQ(q4.kv_bytes * 36, q8.kv_bytes * 20);
@@ -106,15 +106,15 @@ static int test_max_ctx_is_the_largest_that_fits(void)
     const int32_t batches[] = {2, 4};
     for (size_t i = 0; i < HX_COUNTOF(batches); i++) {
         const int32_t nb = batches[i];
-        const uint64_t budget = (fit(mf, 1000, nb, HX_FIT_KV_F16, GIB).total_bytes +
-                                 fit(mf, 3000, nb, HX_FIT_KV_F16, GIB).total_bytes) / 2;
-        const hx_fit_report r = fit(mf, 512, nb, HX_FIT_KV_F16, budget);
+        const uint64_t budget = (fit(mf, 1000, nb, HX_KV_F16, GIB).total_bytes +
+                                 fit(mf, 3000, nb, HX_KV_F16, GIB).total_bytes) / 2;
+        const hx_fit_report r = fit(mf, 512, nb, HX_KV_F16, budget);
         CHECK(r.max_ctx > 1000 && r.max_ctx < 3000 && r.max_ctx % 16 == 0);
-        CHECK(fit(mf, r.max_ctx, nb, HX_FIT_KV_F16, budget).fits);
-        CHECK(!fit(mf, r.max_ctx + 16, nb, HX_FIT_KV_F16, budget).fits);
+        CHECK(fit(mf, r.max_ctx, nb, HX_KV_F16, budget).fits);
+        CHECK(!fit(mf, r.max_ctx + 16, nb, HX_KV_F16, budget).fits);
     }
     /* With room to spare it stops at the trained context. */
-    const hx_fit_report big = fit(mf, 512, 1, HX_FIT_KV_F16, 64 * GIB);
+    const hx_fit_report big = fit(mf, 512, 1, HX_KV_F16, 64 * GIB);
     CHECK_EQ(big.max_ctx, 8192);
     CHECK_EQ(big.n_ctx_train, 8192);
     hx_model_files_close(mf);
@@ -125,7 +125,7 @@ static int test_tiny_budget_does_not_fit(void)
 {
     hx_model_files *mf = starter();
     if (!mf) return 0;
-    const hx_fit_report r = fit(mf, 512, 1, HX_FIT_KV_F16, 16u << 20);
+    const hx_fit_report r = fit(mf, 512, 1, HX_KV_F16, 16u << 20);
     CHECK(!r.fits);
     CHECK(r.total_bytes > r.budget_bytes);
     CHECK_EQ(r.max_ctx, 0);
@@ -148,7 +148,7 @@ static int test_defaults_and_bad_parameters(void)
     p.n_ctx = -1;
     CHECK_EQ(hx_fit_compute(mf, &p, &r, &err), HX_E_INVALID);
     p = hx_fit_params_default();
-    p.kv_type = HX_FIT_KV_COUNT;
+    p.kv_type = HX_KV_DTYPE_COUNT;
     hx_err err2 = {0};
     CHECK_EQ(hx_fit_compute(mf, &p, &r, &err2), HX_E_INVALID);
     CHECK(err2.msg[0] != '\0');
@@ -187,7 +187,7 @@ static int test_reserved_sizes_match_the_allocator(void)
 {
     hx_model_files *mf = starter();
     if (!mf) return 0;
-    const hx_fit_report r = fit(mf, 1024, 1, HX_FIT_KV_F16, 64 * GIB);
+    const hx_fit_report r = fit(mf, 1024, 1, HX_KV_F16, 64 * GIB);
     const size_t before = hx_alloc_live_bytes();
     hx_backend *be = NULL;
     hx_llm *llm = NULL;
@@ -196,7 +196,7 @@ static int test_reserved_sizes_match_the_allocator(void)
     CHECK_EQ(hx_cpu_backend_create(2, 0, &be, &err), HX_OK);
     const size_t after_be = hx_alloc_live_bytes();
     CHECK_EQ(hx_llm_open(mf, be, HX_SEQUENCE_STEP_TOKENS, &llm, &err), HX_OK);
-    CHECK_EQ(hx_sequence_init(llm, NULL, 1024, &seq, &err), HX_OK);
+    CHECK_EQ(hx_sequence_init(llm, NULL, 1024, HX_KV_F16, &seq, &err), HX_OK);
     const size_t delta = hx_alloc_live_bytes() - after_be;
     const uint64_t want = r.weights_packed_bytes + r.kv_bytes + r.scratch_reserved_bytes -
                           (uint64_t)mf->hp.n_vocab * 12;
