@@ -15,70 +15,93 @@
 #include "base/f16.h"
 #include "backend/cpu/kv_quant.h"
 
-/* State per head: running max m and sum l; the running weighted sum of V lives in out. */
-void hx_attn_ref(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
-                 int32_t first, int32_t last, float *out)
+enum { MAX_D = 256 }; /* the largest d_head the references take */
+
+/* The online-softmax step for one chunk of n keys, given as f32 rows kf and vf (only read),
+ * for each of the n_q query heads: m and l are each head's running max and sum, out its running
+ * weighted sum of V. Both references feed it (the caches differ only in how rows are read). */
+static void chunk_update(const float *q, int32_t n_q, int32_t d, float scale, int32_t n,
+                         float kf[][MAX_D], float vf[][MAX_D], float *m, float *l,
+                         float *out)
 {
-    const int32_t d = d_head, rs = kv->row_stride;
-    float m[HX_ATTN_MAX_Q], l[HX_ATTN_MAX_Q];
-    HX_ASSERT(n_q >= 1 && n_q <= HX_ATTN_MAX_Q && first <= last);
+    for (int32_t g = 0; g < n_q; g++) {
+        const float *qg = q + g * d;
+        float *og = out + g * d;
+        float s[HX_ATTN_CHUNK];
+        float mc = m[g];
+        for (int32_t j = 0; j < n; j++) {
+            float dot = 0.0f;
+            for (int32_t i = 0; i < d; i++) dot += qg[i] * kf[j][i];
+            s[j] = dot * scale;
+            mc = s[j] > mc ? s[j] : mc;
+        }
+        const float corr = expf(m[g] - mc);
+        float sum = 0.0f;
+        for (int32_t j = 0; j < n; j++) {
+            s[j] = expf(s[j] - mc);
+            sum += s[j];
+        }
+        l[g] = l[g] * corr + sum;
+        m[g] = mc;
+        for (int32_t i = 0; i < d; i++) {
+            float acc = og[i] * corr;
+            for (int32_t j = 0; j < n; j++) acc += s[j] * vf[j][i];
+            og[i] = acc;
+        }
+    }
+}
+
+static void state_init(int32_t n_q, int32_t d, float *m, float *l, float *out)
+{
     for (int32_t g = 0; g < n_q; g++) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
         for (int32_t i = 0; i < d; i++) out[g * d + i] = 0.0f;
     }
-    int32_t n = 0;
-    for (int32_t pos = first; pos <= last; pos += n) {
-        size_t base;
-        n = hx_attn_chunk(kv, pos, last, &base);
-        const uint16_t *kc = kv->k + base, *vc = kv->v + base;
-        for (int32_t g = 0; g < n_q; g++) {
-            const float *qg = q + g * d;
-            float *og = out + g * d;
-            float s[HX_ATTN_CHUNK];
-            float mc = m[g];
-            for (int32_t j = 0; j < n; j++) {
-                float dot = 0.0f;
-                for (int32_t i = 0; i < d; i++) dot += qg[i] * hx_f16_to_f32(kc[j * rs + i]);
-                s[j] = dot * scale;
-                mc = s[j] > mc ? s[j] : mc;
-            }
-            const float corr = expf(m[g] - mc);
-            float sum = 0.0f;
-            for (int32_t j = 0; j < n; j++) {
-                s[j] = expf(s[j] - mc);
-                sum += s[j];
-            }
-            l[g] = l[g] * corr + sum;
-            m[g] = mc;
-            for (int32_t i = 0; i < d; i++) {
-                float acc = og[i] * corr;
-                for (int32_t j = 0; j < n; j++) acc += s[j] * hx_f16_to_f32(vc[j * rs + i]);
-                og[i] = acc;
-            }
-        }
-    }
+}
+
+static void state_finish(int32_t n_q, int32_t d, const float *l, float *out)
+{
     for (int32_t g = 0; g < n_q; g++)
         for (int32_t i = 0; i < d; i++) out[g * d + i] /= l[g];
 }
 
+/* State per head: running max m and sum l; the running weighted sum of V lives in out. Each
+ * chunk's K and V rows are converted to f32 (exactly) into a stack buffer, then updated. */
+void hx_attn_ref(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
+                 int32_t first, int32_t last, float *out)
+{
+    const int32_t d = d_head, rs = kv->row_stride;
+    float m[HX_ATTN_MAX_Q], l[HX_ATTN_MAX_Q];
+    float kf[HX_ATTN_CHUNK][MAX_D], vf[HX_ATTN_CHUNK][MAX_D];
+    HX_ASSERT(n_q >= 1 && n_q <= HX_ATTN_MAX_Q && first <= last && d <= MAX_D);
+    state_init(n_q, d, m, l, out);
+    int32_t n = 0;
+    for (int32_t pos = first; pos <= last; pos += n) {
+        size_t base;
+        n = hx_attn_chunk(kv, pos, last, &base);
+        for (int32_t j = 0; j < n; j++)
+            for (int32_t i = 0; i < d; i++) {
+                kf[j][i] = hx_f16_to_f32(kv->k[base + (size_t)j * rs + i]);
+                vf[j][i] = hx_f16_to_f32(kv->v[base + (size_t)j * rs + i]);
+            }
+        chunk_update(q, n_q, d, scale, n, kf, vf, m, l, out);
+    }
+    state_finish(n_q, d, l, out);
+}
+
 /* Attention over the dequantized cache: each chunk's K and V rows are dequantized into a
- * stack buffer (16 rows, never the whole cache) and the loops are those of hx_attn_ref. */
+ * stack buffer (16 rows, never the whole cache) and updated as in hx_attn_ref. */
 void hx_attn_q_ref(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d_head,
                    float scale, int32_t first, int32_t last, float *out)
 {
-    enum { MAX_D = 256 };
     const int32_t d = d_head, bt = kv->block_tokens;
     const hx_kv_dtype dt = (hx_kv_dtype)kv->dtype;
     float m[HX_ATTN_MAX_Q], l[HX_ATTN_MAX_Q];
     float kf[HX_ATTN_CHUNK][MAX_D], vf[HX_ATTN_CHUNK][MAX_D];
     HX_ASSERT(n_q >= 1 && n_q <= HX_ATTN_MAX_Q && first <= last);
     HX_ASSERT(d % HX_KVQ_GROUP == 0 && d <= MAX_D && (dt == HX_KV_Q8 || dt == HX_KV_Q4));
-    for (int32_t g = 0; g < n_q; g++) {
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-        for (int32_t i = 0; i < d; i++) out[g * d + i] = 0.0f;
-    }
+    state_init(n_q, d, m, l, out);
     int32_t n = 0;
     for (int32_t pos = first; pos <= last; pos += n) {
         size_t tile;
@@ -88,34 +111,9 @@ void hx_attn_q_ref(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d
             hx_kvq_dequantize_row(dt, kv->k + tile, bt, off + j, d, kf[j]);
             hx_kvq_dequantize_row(dt, kv->v + tile, bt, off + j, d, vf[j]);
         }
-        for (int32_t g = 0; g < n_q; g++) {
-            const float *qg = q + g * d;
-            float *og = out + g * d;
-            float s[HX_ATTN_CHUNK];
-            float mc = m[g];
-            for (int32_t j = 0; j < n; j++) {
-                float dot = 0.0f;
-                for (int32_t i = 0; i < d; i++) dot += qg[i] * kf[j][i];
-                s[j] = dot * scale;
-                mc = s[j] > mc ? s[j] : mc;
-            }
-            const float corr = expf(m[g] - mc);
-            float sum = 0.0f;
-            for (int32_t j = 0; j < n; j++) {
-                s[j] = expf(s[j] - mc);
-                sum += s[j];
-            }
-            l[g] = l[g] * corr + sum;
-            m[g] = mc;
-            for (int32_t i = 0; i < d; i++) {
-                float acc = og[i] * corr;
-                for (int32_t j = 0; j < n; j++) acc += s[j] * vf[j][i];
-                og[i] = acc;
-            }
-        }
+        chunk_update(q, n_q, d, scale, n, kf, vf, m, l, out);
     }
-    for (int32_t g = 0; g < n_q; g++)
-        for (int32_t i = 0; i < d; i++) out[g * d + i] /= l[g];
+    state_finish(n_q, d, l, out);
 }
 
 void hx_f16_store_ref(const float *x, uint16_t *y, int64_t n)
