@@ -360,6 +360,33 @@ finish:
     }
 }
 
+/* Common leading tokens of two prompts. */
+static int32_t common_prefix(const hx_completion *a, const hx_completion *b)
+{
+    int32_t n = 0;
+    while (n < a->n_prompt && n < b->n_prompt && a->prompt[n] == b->prompt[n]) n++;
+    return n;
+}
+
+/* true when completion c should stay queued for now: a running job still prefilling (or one just
+ * admitted) shares at least a full block of c's prompt, so a step or two later c finds those
+ * blocks in the prefix cache instead of computing them again beside it (two agents with one
+ * system prompt arriving together). FIFO order holds: jobs behind c wait too. */
+static bool wait_for_shared_prefix(const hx_executor *ex, const hx_completion *c,
+                                   hx_job *const *admitted, int32_t n_admitted)
+{
+    if (!ex->cache || c->n_prompt <= 2 * 16) return false;
+    for (int32_t i = 0; i < ex->p.n_batch; i++) {
+        const slot *sl = &ex->slots[i];
+        if (sl->job && !sl->prompt_cached && !hx_gen_done(sl->gen) &&
+            common_prefix(sl->job->c, c) >= 2 * 16)
+            return true;
+    }
+    for (int32_t k = 0; k < n_admitted; k++)
+        if (common_prefix(admitted[k]->c, c) >= 2 * 16) return true;
+    return false;
+}
+
 static void *engine_main(void *arg)
 {
     hx_executor *ex = arg;
@@ -374,7 +401,8 @@ static void *engine_main(void *arg)
             pthread_mutex_unlock(&ex->mu);
             break;
         }
-        while (ex->q_head && n_running + n_admit < ex->p.n_batch) {
+        while (ex->q_head && n_running + n_admit < ex->p.n_batch &&
+               !wait_for_shared_prefix(ex, ex->q_head->c, admit, n_admit)) {
             hx_job *j = ex->q_head;
             ex->q_head = j->next;
             if (!ex->q_head) ex->q_tail = NULL;

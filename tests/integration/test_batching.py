@@ -189,3 +189,17 @@ def test_stats_show_the_memory_contract(srv):
     assert m["total_bytes"] >= sum(m[t] for t in terms)
     assert m["budget_bytes"] >= m["total_bytes"] + m["prompt_cache_bytes"]
     assert m["max_ctx"] >= 8192 and m["kv_bytes_per_token"] > 0
+
+
+def test_two_requests_arriving_together_share_their_system_prompt(starter):
+    # Small steps: the first prompt takes several steps to prefill, so the second arrives while
+    # it does; it then waits for those blocks instead of computing the same prefix beside it.
+    with Server("smollm2", "--step-tokens", "32") as s:
+        c = client(s)
+        system = {"role": "system", "content": "You are the ship's computer. Report briefly. " * 12}
+        users = ["Status of the engines?", "Status of the shields?"]
+        got = in_parallel(lambda u: c.chat.completions.create(
+            model="m", messages=[system, {"role": "user", "content": u}], max_tokens=6,
+            temperature=0), users)
+        cached = sorted(r.usage.prompt_tokens_details.cached_tokens for r in got)
+        assert cached[0] == 0 and cached[1] >= 0.8 * got[0].usage.prompt_tokens - 32, cached
