@@ -139,6 +139,7 @@ static hx_status drain(hx_reasoning *r, bool final, hx_reasoning_cb cb, void *us
 {
     size_t    pos = 0;
     hx_status st = HX_OK;
+    if (r->len == 0) return HX_OK; /* nothing held (buf may still be NULL) */
     for (;;) {
         const char  *tag = r->inside ? r->close : r->open;
         const size_t k = r->inside ? r->close_len : r->open_len;

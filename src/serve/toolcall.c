@@ -764,6 +764,7 @@ static hx_status drain(hx_toolcall_parser *tp, bool final, hx_toolcall_cb cb, vo
     const family_def *d = tp->def;
     size_t            pos = 0;
     bool              ok = true, nomem = false;
+    if (tp->len == 0 && !tp->in_body) return HX_OK; /* nothing held (buf may still be NULL) */
     while (ok) {
         const char  *s = tp->buf + pos;
         const size_t n = tp->len - pos;
