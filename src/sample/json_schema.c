@@ -1,0 +1,648 @@
+/* json_schema.c - JSON Schema subset to GBNF-like grammar text.
+ *
+ * Every schema node becomes one rule `gN ::= ...`, written after the fixed JSON primitives (ws,
+ * string, number, value, ...). A $ref becomes one rule per target, named before its body is
+ * written, so recursive schemas turn into recursive rules. Objects with declared properties use
+ * two chains of rules so that optional properties can be left out without exponential blowup:
+ * hN_i ("properties i.. with none written yet") and tN_i ("properties i.., each after a comma").
+ * The output is plain text; grammar.c compiles and bounds it. */
+#include "sample/json_schema.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "sample/grammar.h"
+
+/* ---- fixed rules ---- */
+
+#define JSON_PRIMITIVES                                                                       \
+    "ws ::= | \" \" | \"\\n\" [ \\t]{0,12}\n"                                                  \
+    "string ::= \"\\\"\" char* \"\\\"\"\n"                                                     \
+    "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" uesc)\n"                    \
+    /* \\u escapes: surrogates only as a high-low pair, which strict parsers insist on */     \
+    "uesc ::= [0-9a-cA-CeEfF] hex{3} | [dD] [0-7] hex{2} | [dD] [89abAB] hex{2} \"\\\\u\" "   \
+    "[dD] [c-fC-F] hex{2}\n"                                                                   \
+    "integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n"                                        \
+    "number ::= integer (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?\n"                      \
+    "boolean ::= \"true\" | \"false\"\n"                                                       \
+    "null ::= \"null\"\n"                                                                      \
+    "value ::= object | array | string | number | boolean | null\n"                            \
+    "object ::= \"{\" ws (member (\",\" ws member)*)? \"}\"\n"                                \
+    "member ::= string ws \":\" ws value ws\n"                                                 \
+    "array ::= \"[\" ws (value ws (\",\" ws value ws)*)? \"]\"\n"                             \
+    "fmt-date ::= [0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] " \
+    "| \"3\" [01])\n"                                                                          \
+    "fmt-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] "            \
+    "(\".\" [0-9]{1,6})? (\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n"       \
+    "fmt-date-time ::= fmt-date \"T\" fmt-time\n"                                              \
+    "fmt-uuid ::= hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}\n"               \
+    "hex ::= [0-9a-fA-F]\n"                                                                    \
+    "fmt-email ::= [a-zA-Z0-9._%+-]{1,64} \"@\" [a-zA-Z0-9-]{1,63} (\".\" [a-zA-Z0-9-]{1,63})+\n"
+
+const char *hx_json_object_grammar(void)
+{
+    return JSON_PRIMITIVES "root ::= object\n";
+}
+
+/* ---- generator ---- */
+
+#define MAX_NESTING 64
+
+typedef struct {
+    char  *data;
+    size_t len, cap;
+} sbuf;
+
+typedef struct {
+    const char *ref;  /* borrowed from the schema */
+    int         rule; /* gN */
+} ref_memo;
+
+typedef struct {
+    json_t    *root;   /* borrowed */
+    sbuf       out;    /* the rules written so far */
+    int        n_rules;
+    ref_memo  *refs;
+    size_t     n_refs, cap_refs;
+    char       path[256]; /* JSON pointer of the node being written, for messages */
+    int        depth;
+    hx_err    *err;
+    hx_status  st;
+} sgen;
+
+static bool sg_nomem(sgen *g)
+{
+    if (g->st == HX_OK) g->st = HX_E_NOMEM;
+    hx_err_set(g->err, HX_E_NOMEM, "json_schema: out of memory");
+    return false;
+}
+
+static bool sg_fail(sgen *g, hx_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static bool sg_fail(sgen *g, hx_status st, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (g->st == HX_OK) g->st = st;
+    hx_err_set(g->err, st, "json_schema: %s (at %s)", msg, g->path[0] ? g->path : "#");
+    return false;
+}
+
+static bool sb_put(sgen *g, sbuf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 1024;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *d = hx_realloc(b->data, cap);
+        if (!d) return sg_nomem(g);
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return true;
+}
+
+static bool sb_str(sgen *g, sbuf *b, const char *s)
+{
+    return sb_put(g, b, s, strlen(s));
+}
+
+static bool sb_printf(sgen *g, sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static bool sb_printf(sgen *g, sbuf *b, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    HX_ASSERT(n >= 0 && (size_t)n < sizeof tmp); /* only short, fixed-shape pieces come here */
+    return sb_put(g, b, tmp, (size_t)n);
+}
+
+/* Appends s as a grammar literal: quotes, backslashes and control bytes escaped; UTF-8 kept. */
+static bool sb_literal(sgen *g, sbuf *b, const char *s, size_t n)
+{
+    if (!sb_put(g, b, "\"", 1)) return false;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        bool ok;
+        if (c == '"' || c == '\\') ok = sb_put(g, b, "\\", 1) && sb_put(g, b, s + i, 1);
+        else if (c < 0x20 || c == 0x7F) ok = sb_printf(g, b, "\\x%02X", c);
+        else ok = sb_put(g, b, s + i, 1);
+        if (!ok) return false;
+    }
+    return sb_put(g, b, "\"", 1);
+}
+
+/* Appends the compact JSON text of v as a literal. */
+static bool sb_json_literal(sgen *g, sbuf *b, const json_t *v)
+{
+    char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (!text) return sg_nomem(g);
+    const bool ok = sb_literal(g, b, text, strlen(text));
+    free(text); /* jansson's allocator, not ours */
+    return ok;
+}
+
+/* Pushes "/seg" on the path; returns the old length for path_pop. Long paths are cut. */
+static size_t path_push(sgen *g, const char *seg)
+{
+    const size_t n = strlen(g->path);
+    snprintf(g->path + n, sizeof g->path - n, "%s%s", n ? "/" : "#/", seg);
+    return n;
+}
+
+static void path_pop(sgen *g, size_t n)
+{
+    g->path[n] = '\0';
+}
+
+static bool gen(sgen *g, json_t *s, int *rule);
+
+static const char *const k_ignored[] = {
+    "title", "description", "default", "examples", "$schema", "$id", "$comment", "$defs",
+    "definitions", "deprecated", "readOnly", "writeOnly",
+};
+static const char *const k_known[] = {
+    "type", "properties", "required", "additionalProperties", "enum", "const", "items",
+    "minItems", "maxItems", "anyOf", "oneOf", "$ref", "minLength", "maxLength", "format",
+};
+
+static bool check_keywords(sgen *g, json_t *s)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(s, key, v) {
+        bool ok = false;
+        for (size_t i = 0; i < HX_COUNTOF(k_ignored) && !ok; i++) ok = !strcmp(key, k_ignored[i]);
+        for (size_t i = 0; i < HX_COUNTOF(k_known) && !ok; i++) ok = !strcmp(key, k_known[i]);
+        if (!ok) return sg_fail(g, HX_E_UNSUPPORTED, "'%.100s' is not supported", key);
+    }
+    return true;
+}
+
+/* Reads a non-negative integer keyword; *v untouched when absent. */
+static bool get_count(sgen *g, json_t *s, const char *key, int64_t *v)
+{
+    json_t *x = json_object_get(s, key);
+    if (!x) return true;
+    if (!json_is_integer(x) || json_integer_value(x) < 0)
+        return sg_fail(g, HX_E_INVALID, "expected '%s' to be a non-negative integer", key);
+    if (json_integer_value(x) > HX_GRAMMAR_MAX_REPEAT)
+        return sg_fail(g, HX_E_UNSUPPORTED, "'%s' above %d is not supported", key,
+                       HX_GRAMMAR_MAX_REPEAT);
+    *v = json_integer_value(x);
+    return true;
+}
+
+/* Writes " X{lo,hi}" (hi < 0: unbounded), or nothing for {0,0}, for a parenthesised X. */
+static bool sb_repeat(sgen *g, sbuf *b, const char *x, int64_t lo, int64_t hi)
+{
+    if (hi == 0) return true;
+    if (hi < 0) return sb_printf(g, b, " %s{%lld,}", x, (long long)lo);
+    return sb_printf(g, b, " %s{%lld,%lld}", x, (long long)lo, (long long)hi);
+}
+
+static bool gen_string(sgen *g, json_t *s, sbuf *b)
+{
+    json_t *fmt = json_object_get(s, "format");
+    if (fmt) {
+        static const char *const formats[] = { "date", "time", "date-time", "uuid", "email" };
+        const char *f = json_string_value(fmt);
+        if (!f) return sg_fail(g, HX_E_INVALID, "expected 'format' to be a string");
+        for (size_t i = 0; i < HX_COUNTOF(formats); i++)
+            if (!strcmp(f, formats[i])) return sb_printf(g, b, "\"\\\"\" fmt-%s \"\\\"\"", f);
+        return sg_fail(g, HX_E_UNSUPPORTED, "'format' '%.60s' is not supported", f);
+    }
+    int64_t lo = 0, hi = -1;
+    if (!get_count(g, s, "minLength", &lo) || !get_count(g, s, "maxLength", &hi)) return false;
+    if (hi >= 0 && hi < lo)
+        return sg_fail(g, HX_E_INVALID, "expected minLength <= maxLength, found %lld > %lld",
+                       (long long)lo, (long long)hi);
+    if (lo == 0 && hi < 0) return sb_put(g, b, "string", 6);
+    return sb_put(g, b, "\"\\\"\"", 4) && sb_repeat(g, b, "char", lo, hi) &&
+           sb_put(g, b, " \"\\\"\"", 5);
+}
+
+static bool gen_array(sgen *g, json_t *s, sbuf *b)
+{
+    json_t *items = json_object_get(s, "items");
+    int item = -1;
+    if (json_is_array(items))
+        return sg_fail(g, HX_E_UNSUPPORTED, "'items' as an array (tuple validation) is not "
+                       "supported");
+    if (items) {
+        const size_t n = path_push(g, "items");
+        const bool ok = gen(g, items, &item);
+        path_pop(g, n);
+        if (!ok) return false;
+    }
+    int64_t lo = 0, hi = -1;
+    if (!get_count(g, s, "minItems", &lo) || !get_count(g, s, "maxItems", &hi)) return false;
+    if (hi >= 0 && hi < lo)
+        return sg_fail(g, HX_E_INVALID, "expected minItems <= maxItems, found %lld > %lld",
+                       (long long)lo, (long long)hi);
+    char v[32], more[64];
+    if (item >= 0) snprintf(v, sizeof v, "g%d", item);
+    else snprintf(v, sizeof v, "value");
+    snprintf(more, sizeof more, "(\",\" ws %s ws)", v);
+    if (hi == 0) return sb_put(g, b, "\"[\" ws \"]\"", 10);
+    if (lo == 0)
+        return sb_printf(g, b, "\"[\" ws (%s ws", v) &&
+               sb_repeat(g, b, more, 0, hi < 0 ? -1 : hi - 1) && sb_put(g, b, ")? \"]\"", 6);
+    return sb_printf(g, b, "\"[\" ws %s ws", v) &&
+           sb_repeat(g, b, more, lo - 1, hi < 0 ? -1 : hi - 1) && sb_put(g, b, " \"]\"", 4);
+}
+
+/* ---- extra keys that are not declared names ---- */
+
+typedef struct {
+    const uint32_t *cp; /* a declared name's characters */
+    size_t          n;
+} cpname;
+
+/* Writes rule gN for the rest of a key (after the opening quote and d characters that the
+ * names[0..k) share) that is none of those names, and returns N: at each trie node the key may
+ * go on with a name's next character, leave every name with some other character or an escape
+ * (then anything may follow), or close, unless a name ends exactly here. */
+static bool gen_key_node(sgen *g, const cpname *names, size_t k, size_t d, int *rule)
+{
+    sbuf b = { 0 };
+    cpname *sub = hx_alloc((k ? k : 1) * sizeof *sub);
+    bool ok = sub != NULL, terminal = false;
+    if (!ok) sg_nomem(g);
+    char cls[2048] = "[^\"\\\\\\x00-\\x1F";
+    size_t cls_len = strlen(cls);
+    for (size_t i = 0; ok && i < k; i++) {
+        if (names[i].n == d) {
+            terminal = true;
+            continue;
+        }
+        const uint32_t c = names[i].cp[d];
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++) seen = names[j].n > d && names[j].cp[d] == c;
+        if (seen) continue;
+        size_t m = 0;
+        for (size_t j = i; j < k; j++)
+            if (names[j].n > d && names[j].cp[d] == c) sub[m++] = names[j];
+        int child = -1;
+        char utf8[5] = { 0 };
+        size_t u = 0;
+        if (c < 0x80) utf8[u++] = (char)c;
+        else if (c < 0x800) utf8[u++] = (char)(0xC0 | c >> 6), utf8[u++] = (char)(0x80 | (c & 0x3F));
+        else if (c < 0x10000)
+            utf8[u++] = (char)(0xE0 | c >> 12), utf8[u++] = (char)(0x80 | (c >> 6 & 0x3F)),
+            utf8[u++] = (char)(0x80 | (c & 0x3F));
+        else
+            utf8[u++] = (char)(0xF0 | c >> 18), utf8[u++] = (char)(0x80 | (c >> 12 & 0x3F)),
+            utf8[u++] = (char)(0x80 | (c >> 6 & 0x3F)), utf8[u++] = (char)(0x80 | (c & 0x3F));
+        ok = gen_key_node(g, sub, m, d + 1, &child) && sb_literal(g, &b, utf8, u) &&
+             sb_printf(g, &b, " g%d | ", child);
+        if (ok && cls_len + 11 < sizeof cls)
+            cls_len += (size_t)snprintf(cls + cls_len, sizeof cls - cls_len, "\\U%08X", c);
+        else if (ok)
+            ok = sg_fail(g, HX_E_UNSUPPORTED, "more than %zu distinct property name characters "
+                         "at one position are not supported", sizeof cls / 11);
+    }
+    if (ok) {
+        *rule = g->n_rules++;
+        ok = sb_printf(g, &g->out, "g%d ::= ", *rule) &&
+             sb_put(g, &g->out, b.data ? b.data : "", b.len) &&
+             sb_put(g, &g->out, cls, cls_len) &&
+             sb_str(g, &g->out, "] char* \"\\\"\" | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" uesc) char* "
+                                "\"\\\"\"") &&
+             (terminal || sb_str(g, &g->out, " | \"\\\"\"")) && sb_str(g, &g->out, "\n");
+    }
+    hx_free(sub);
+    hx_free(b.data);
+    return ok;
+}
+
+/* Writes a rule for a key that is none of the declared property names and returns its number,
+ * or -1 (any key) when a name holds a character that JSON escapes: the trie works on characters
+ * as written, and an escaped spelling could slip past it anyway. */
+static bool gen_other_key(sgen *g, json_t *props, int *rule)
+{
+    const size_t k = json_object_size(props);
+    cpname *names = hx_calloc(k, sizeof *names);
+    uint32_t *cps = NULL;
+    size_t total = 0, at = 0, i = 0;
+    const char *key;
+    json_t *v;
+    bool ok = names != NULL, plain = true;
+    json_object_foreach(props, key, v) total += strlen(key);
+    if (ok && !(cps = hx_alloc((total ? total : 1) * sizeof *cps))) ok = false;
+    if (!ok) {
+        hx_free(names);
+        return sg_nomem(g);
+    }
+    json_object_foreach(props, key, v) {
+        names[i].cp = cps + at;
+        for (const unsigned char *p = (const unsigned char *)key; *p;) {
+            uint32_t c = *p++;
+            const int extra = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : 0;
+            if (extra) c &= 0x3Fu >> extra;
+            for (int e = 0; e < extra && *p; e++) c = c << 6 | (*p++ & 0x3F);
+            plain &= c >= 0x20 && c != '"' && c != '\\';
+            cps[at++] = c;
+        }
+        names[i].n = (size_t)(cps + at - names[i].cp);
+        i++;
+    }
+    *rule = -1;
+    int body = -1;
+    if (plain && (ok = gen_key_node(g, names, k, 0, &body))) {
+        *rule = g->n_rules++;
+        ok = sb_printf(g, &g->out, "g%d ::= \"\\\"\" g%d\n", *rule, body);
+    }
+    hx_free(cps);
+    hx_free(names);
+    return ok;
+}
+
+/* An object with declared properties; see the file comment for the h/t chains. */
+static bool gen_object(sgen *g, json_t *s, sbuf *b)
+{
+    json_t *props = json_object_get(s, "properties");
+    json_t *req = json_object_get(s, "required");
+    json_t *addl = json_object_get(s, "additionalProperties");
+    if (props && !json_is_object(props))
+        return sg_fail(g, HX_E_INVALID, "expected 'properties' to be an object");
+    if (req && !json_is_array(req))
+        return sg_fail(g, HX_E_INVALID, "expected 'required' to be an array");
+    if (addl && !json_is_boolean(addl) && !json_is_object(addl))
+        return sg_fail(g, HX_E_INVALID, "expected 'additionalProperties' to be a boolean or a "
+                       "schema");
+    const size_t n = props ? json_object_size(props) : 0;
+    if (n == 0 && (!addl || json_is_true(addl))) return sb_put(g, b, "object", 6);
+    int extra = -1; /* value rule of extra keys: -1 none, -2 any value, else gN */
+    if (addl && json_is_true(addl)) extra = -2;
+    if (addl && json_is_object(addl)) {
+        const size_t pn = path_push(g, "additionalProperties");
+        const bool ok = gen(g, addl, &extra);
+        path_pop(g, pn);
+        if (!ok) return false;
+    }
+    int *kv = hx_alloc((n + 1) * sizeof *kv);
+    bool *required = hx_calloc(n + 1, sizeof *required);
+    bool ok = kv && required;
+    if (!ok) sg_nomem(g);
+    const char *key;
+    json_t *v;
+    size_t i = 0;
+    sbuf rules = { 0 }; /* written after the children's rules, into g->out at the end */
+    json_object_foreach(props, key, v) {
+        if (!ok) break;
+        for (size_t k = 0; k < json_array_size(req); k++)
+            required[i] |= json_is_string(json_array_get(req, k)) &&
+                           !strcmp(json_string_value(json_array_get(req, k)), key);
+        const size_t p1 = path_push(g, "properties");
+        const size_t p2 = path_push(g, key);
+        int val = -1;
+        ok = gen(g, v, &val);
+        path_pop(g, p2);
+        path_pop(g, p1);
+        if (!ok) break;
+        json_t *jkey = json_string(key);
+        kv[i] = g->n_rules++;
+        ok = jkey && sb_printf(g, &rules, "g%d ::= ", kv[i]) && sb_json_literal(g, &rules, jkey) &&
+             sb_printf(g, &rules, " ws \":\" ws g%d ws\n", val);
+        if (!jkey) sg_nomem(g);
+        json_decref(jkey);
+        i++;
+    }
+    const int base = g->n_rules;
+    g->n_rules += 2 * (int)(n + 1) + 2;
+    const int t0 = base, h0 = base + (int)n + 1, obj = base + 2 * (int)(n + 1);
+    const int ex = obj + 1;
+    char exv[32];
+    if (extra == -2) snprintf(exv, sizeof exv, "value");
+    else snprintf(exv, sizeof exv, "g%d", extra);
+    char key_rule[32] = "string";
+    if (ok && extra != -1 && n > 0) {
+        int k;
+        ok = gen_other_key(g, props, &k);
+        if (ok && k >= 0) snprintf(key_rule, sizeof key_rule, "g%d", k);
+    }
+    if (ok && extra != -1)
+        ok = sb_printf(g, &rules, "g%d ::= %s ws \":\" ws %s ws\n", ex, key_rule, exv);
+    /* t_n and h_n: after the declared properties, only extra keys (when allowed) may follow. */
+    if (ok && extra != -1)
+        ok = sb_printf(g, &rules, "g%d ::= (\",\" ws g%d)*\ng%d ::= (g%d g%d)?\n", t0 + (int)n,
+                       ex, h0 + (int)n, ex, t0 + (int)n);
+    else if (ok)
+        ok = sb_printf(g, &rules, "g%d ::=\ng%d ::=\n", t0 + (int)n, h0 + (int)n);
+    for (size_t k = n; ok && k-- > 0;) {
+        const int t = t0 + (int)k, h = h0 + (int)k;
+        if (required[k])
+            ok = sb_printf(g, &rules, "g%d ::= \",\" ws g%d g%d\ng%d ::= g%d g%d\n", t, kv[k],
+                           t + 1, h, kv[k], t + 1);
+        else
+            ok = sb_printf(g, &rules, "g%d ::= (\",\" ws g%d)? g%d\ng%d ::= g%d g%d | g%d\n", t,
+                           kv[k], t + 1, h, kv[k], t + 1, h + 1);
+    }
+    ok = ok && sb_put(g, &g->out, rules.data ? rules.data : "", rules.len) &&
+         sb_printf(g, b, "\"{\" ws g%d \"}\"", h0);
+    hx_free(rules.data);
+    hx_free(kv);
+    hx_free(required);
+    return ok;
+}
+
+static bool gen_type(sgen *g, json_t *s, const char *type, sbuf *b)
+{
+    static const char *const simple[] = { "number", "integer", "boolean", "null" };
+    if (!strcmp(type, "string")) return gen_string(g, s, b);
+    if (!strcmp(type, "array")) return gen_array(g, s, b);
+    if (!strcmp(type, "object")) return gen_object(g, s, b);
+    for (size_t i = 0; i < HX_COUNTOF(simple); i++)
+        if (!strcmp(type, simple[i])) return sb_put(g, b, type, strlen(type));
+    return sg_fail(g, HX_E_INVALID, "expected a JSON type name, found 'type' '%.60s'", type);
+}
+
+/* Finds the target of "#" or "#/a/b" (JSON pointer, ~0 and ~1 unescaped) in the root. */
+static json_t *resolve_ref(sgen *g, const char *ref)
+{
+    if (ref[0] != '#') return NULL;
+    json_t *at = g->root;
+    const char *p = ref + 1;
+    while (at && *p == '/') {
+        char seg[256];
+        size_t n = 0;
+        for (p++; *p && *p != '/' && n + 1 < sizeof seg; p++) {
+            if (p[0] == '~' && p[1] == '1') seg[n++] = '/', p++;
+            else if (p[0] == '~' && p[1] == '0') seg[n++] = '~', p++;
+            else seg[n++] = *p;
+        }
+        seg[n] = '\0';
+        if (json_is_object(at)) {
+            at = json_object_get(at, seg);
+        } else if (json_is_array(at)) {
+            char *end;
+            const unsigned long k = strtoul(seg, &end, 10);
+            at = *end == '\0' && n ? json_array_get(at, k) : NULL;
+        } else {
+            at = NULL;
+        }
+    }
+    return *p ? NULL : at;
+}
+
+static bool gen_ref(sgen *g, const char *ref, int *rule)
+{
+    for (size_t i = 0; i < g->n_refs; i++) {
+        if (!strcmp(g->refs[i].ref, ref)) {
+            *rule = g->refs[i].rule;
+            return true;
+        }
+    }
+    if (ref[0] != '#')
+        return sg_fail(g, HX_E_UNSUPPORTED, "'$ref' '%.100s' is not supported (only \"#...\" "
+                       "pointers into this schema)", ref);
+    json_t *target = resolve_ref(g, ref);
+    if (!target) return sg_fail(g, HX_E_INVALID, "expected '$ref' '%.100s' to point into the "
+                                "schema, found nothing there", ref);
+    if (g->n_refs == g->cap_refs) {
+        const size_t cap = g->cap_refs ? g->cap_refs * 2 : 8;
+        ref_memo *r = hx_realloc(g->refs, cap * sizeof *r);
+        if (!r) return sg_nomem(g);
+        g->refs = r;
+        g->cap_refs = cap;
+    }
+    /* Named before the body is written, so a reference to itself inside resolves to it. */
+    const int me = g->n_rules++;
+    g->refs[g->n_refs++] = (ref_memo){ ref, me };
+    int body = -1;
+    char saved[sizeof g->path];
+    memcpy(saved, g->path, sizeof saved);
+    snprintf(g->path, sizeof g->path, "%s", ref);
+    const bool ok = gen(g, target, &body);
+    memcpy(g->path, saved, sizeof saved);
+    if (!ok || !sb_printf(g, &g->out, "g%d ::= g%d\n", me, body)) return false;
+    *rule = me;
+    return true;
+}
+
+/* Writes one rule for schema s and returns its number in *rule. */
+static bool gen(sgen *g, json_t *s, int *rule)
+{
+    if (++g->depth > MAX_NESTING) {
+        g->depth--;
+        return sg_fail(g, HX_E_UNSUPPORTED, "schemas nested deeper than %d are not supported",
+                       MAX_NESTING);
+    }
+    bool ok = true;
+    sbuf b = { 0 };
+    if (json_is_false(s)) {
+        ok = sg_fail(g, HX_E_UNSUPPORTED, "the schema 'false' (nothing is valid) is not "
+                     "supported");
+        goto done;
+    }
+    if (json_is_true(s) || (json_is_object(s) && json_object_size(s) == 0)) {
+        ok = sb_put(g, &b, "value", 5);
+        goto emit;
+    }
+    if (!json_is_object(s)) {
+        ok = sg_fail(g, HX_E_INVALID, "expected a schema object or boolean, found a %s",
+                     json_is_array(s) ? "array" : json_is_string(s) ? "string" : "number");
+        goto done;
+    }
+    if (!check_keywords(g, s)) {
+        ok = false;
+        goto done;
+    }
+    json_t *x;
+    if ((x = json_object_get(s, "$ref"))) {
+        if (!json_is_string(x)) {
+            ok = sg_fail(g, HX_E_INVALID, "expected '$ref' to be a string");
+            goto done;
+        }
+        int r = -1;
+        ok = gen_ref(g, json_string_value(x), &r) && sb_printf(g, &b, "g%d", r);
+    } else if ((x = json_object_get(s, "const"))) {
+        ok = sb_json_literal(g, &b, x);
+    } else if ((x = json_object_get(s, "enum"))) {
+        if (!json_is_array(x) || json_array_size(x) == 0) {
+            ok = sg_fail(g, HX_E_INVALID, "expected 'enum' to be a non-empty array");
+            goto done;
+        }
+        for (size_t i = 0; ok && i < json_array_size(x); i++)
+            ok = (i == 0 || sb_put(g, &b, " | ", 3)) &&
+                 sb_json_literal(g, &b, json_array_get(x, i));
+    } else if ((x = json_object_get(s, "anyOf")) || (x = json_object_get(s, "oneOf"))) {
+        const char *kw = json_object_get(s, "anyOf") ? "anyOf" : "oneOf";
+        if (!json_is_array(x) || json_array_size(x) == 0) {
+            ok = sg_fail(g, HX_E_INVALID, "expected '%s' to be a non-empty array", kw);
+            goto done;
+        }
+        for (size_t i = 0; ok && i < json_array_size(x); i++) {
+            char idx[32];
+            snprintf(idx, sizeof idx, "%zu", i);
+            const size_t p1 = path_push(g, kw), p2 = path_push(g, idx);
+            int r = -1;
+            ok = gen(g, json_array_get(x, i), &r) &&
+                 sb_printf(g, &b, "%sg%d", i ? " | " : "", r);
+            path_pop(g, p2);
+            path_pop(g, p1);
+        }
+    } else if ((x = json_object_get(s, "type"))) {
+        if (json_is_string(x)) {
+            ok = gen_type(g, s, json_string_value(x), &b);
+        } else if (json_is_array(x) && json_array_size(x) > 0) {
+            for (size_t i = 0; ok && i < json_array_size(x); i++) {
+                const char *t = json_string_value(json_array_get(x, i));
+                if (!t) ok = sg_fail(g, HX_E_INVALID, "expected 'type' to list type names");
+                else ok = (i == 0 || sb_put(g, &b, " | ", 3)) && sb_put(g, &b, "(", 1) &&
+                          gen_type(g, s, t, &b) && sb_put(g, &b, ")", 1);
+            }
+        } else {
+            ok = sg_fail(g, HX_E_INVALID, "expected 'type' to be a type name or an array of them");
+        }
+    } else if (json_object_get(s, "properties") || json_object_get(s, "additionalProperties")) {
+        ok = gen_object(g, s, &b);
+    } else if (json_object_get(s, "items") || json_object_get(s, "minItems") ||
+               json_object_get(s, "maxItems")) {
+        ok = gen_array(g, s, &b);
+    } else if (json_object_get(s, "minLength") || json_object_get(s, "maxLength") ||
+               json_object_get(s, "format")) {
+        ok = gen_string(g, s, &b);
+    } else {
+        ok = sb_put(g, &b, "value", 5); /* only annotations: anything goes */
+    }
+emit:
+    if (ok) {
+        *rule = g->n_rules++;
+        ok = sb_printf(g, &g->out, "g%d ::= ", *rule) && sb_put(g, &g->out, b.data, b.len) &&
+             sb_put(g, &g->out, "\n", 1);
+    }
+done:
+    hx_free(b.data);
+    g->depth--;
+    return ok;
+}
+
+hx_status hx_json_schema_to_grammar(json_t *schema, char **out_grammar_text, hx_err *err)
+{
+    sgen g = { .root = schema, .err = err, .st = HX_OK };
+    int root = -1;
+    if (!schema) return hx_err_set(err, HX_E_INVALID, "json_schema: expected a schema, found NULL");
+    if (sb_put(&g, &g.out, JSON_PRIMITIVES, strlen(JSON_PRIMITIVES)) && gen(&g, schema, &root) &&
+        sb_printf(&g, &g.out, "root ::= g%d\n", root)) {
+        *out_grammar_text = g.out.data;
+        g.out.data = NULL; /* handed over */
+    } else if (g.st == HX_OK) {
+        g.st = HX_E_INVALID;
+    }
+    hx_free(g.refs);
+    hx_free(g.out.data);
+    return g.st;
+}

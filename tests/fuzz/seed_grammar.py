@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""seed_grammar.py - writes a seed corpus for fuzz_grammar into the directory given as argv[1].
+
+Grammar seeds are plain grammar text; schema seeds start with the byte 'S' followed by a JSON
+schema (the layout fuzz_grammar.c reads). The snippets cover the grammar syntax (literals with
+escapes, classes with ranges and negation, groups, every repetition form, recursion, comments,
+and a few errors) and the supported schema keywords, plus a few byte-level mutations of them.
+Standard library only; deterministic (fixed random seed)."""
+import json
+import os
+import random
+import sys
+
+GRAMMARS = [
+    'root ::= "a" | "b" "c"*',
+    'root ::= [a-z0-9_]+ ("=" [^\\n]*)? "\\n"',
+    'root ::= "\\"" ([^"\\\\] | "\\\\" ["\\\\nt])* "\\""',
+    'root ::= list\nlist ::= "[" (item ("," item)*)? "]"\nitem ::= list | [0-9]{1,3}',
+    'root ::= "x"{2} "y"{1,} "z"{0,3} "w"?  # comment\n',
+    'root ::= [\\u00e9-\\u00ff\\x41] . [^\\U0001F600]',
+    'root ::= a b\na ::= "1" | \nb ::= ("2" | "3")+',
+    'root ::= root "a"',
+    'root ::= ("a" | "")*',
+    'root ::= "unterminated',
+    'root ::= (a',
+    'root ::= "a"{9999}',
+    'root ::= [z-a]',
+    'x ::= "no root"',
+    'root ::= "\\q"',
+]
+
+SCHEMAS = [
+    {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                      "age": {"type": "integer"}, "ok": {"type": "boolean"}},
+     "required": ["name"], "additionalProperties": False},
+    {"type": "array", "items": {"enum": ["a", "b", 3, None]}, "minItems": 1, "maxItems": 3},
+    {"$ref": "#/$defs/n", "$defs": {"n": {"type": "object", "properties": {
+        "v": {"anyOf": [{"type": "string"}, {"const": {"k": [1]}}]},
+        "kids": {"type": "array", "items": {"$ref": "#/$defs/n"}}}}}},
+    {"definitions": {"d": {"type": "string", "format": "date-time"}},
+     "oneOf": [{"$ref": "#/definitions/d"}, {"type": ["number", "null"]}]},
+    {"type": "object"},
+    {"type": "object", "additionalProperties": {"type": "string", "format": "uuid"}},
+    {"properties": {"ab": {"type": "integer"}, "a": {"type": "null"}, "\u00e9": {"const": 1}},
+     "required": ["a"], "additionalProperties": True},
+    {"type": "string", "minLength": 2, "maxLength": 4, "title": "t"},
+    {"type": "object", "patternProperties": {"a": {}}},
+    {"type": "string", "format": "email"},
+    True,
+]
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    files = [g.encode() for g in GRAMMARS]
+    files += [b"S" + json.dumps(s).encode() for s in SCHEMAS]
+    rng = random.Random(4321)
+    for _ in range(40):  # mutations: flip, delete or duplicate a byte range
+        base = bytearray(rng.choice(files))
+        for _ in range(rng.randint(1, 3)):
+            if not base:
+                break
+            p = rng.randrange(len(base))
+            k = rng.choice((0, 1, 2))
+            if k == 0:
+                base[p] = rng.randrange(256)
+            elif k == 1:
+                del base[p:p + rng.randint(1, 8)]
+            else:
+                base[p:p] = base[p:p + rng.randint(1, 16)]
+        files.append(bytes(base))
+    for i, data in enumerate(files):
+        with open(os.path.join(out, f"seed_{i:04d}"), "wb") as f:
+            f.write(data)
+    print(f"wrote {len(files)} seeds to {out}")
+
+
+if __name__ == "__main__":
+    main()
