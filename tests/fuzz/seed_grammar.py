@@ -11,6 +11,9 @@ import os
 import random
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from seedlib import mutate, write_seeds  # noqa: E402
+
 GRAMMARS = [
     'root ::= "a" | "b" "c"*',
     'root ::= [a-z0-9_]+ ("=" [^\\n]*)? "\\n"',
@@ -52,28 +55,11 @@ SCHEMAS = [
 
 def main():
     out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
     files = [g.encode() for g in GRAMMARS]
     files += [b"S" + json.dumps(s).encode() for s in SCHEMAS]
     rng = random.Random(4321)
-    for _ in range(40):  # mutations: flip, delete or duplicate a byte range
-        base = bytearray(rng.choice(files))
-        for _ in range(rng.randint(1, 3)):
-            if not base:
-                break
-            p = rng.randrange(len(base))
-            k = rng.choice((0, 1, 2))
-            if k == 0:
-                base[p] = rng.randrange(256)
-            elif k == 1:
-                del base[p:p + rng.randint(1, 8)]
-            else:
-                base[p:p] = base[p:p + rng.randint(1, 16)]
-        files.append(bytes(base))
-    for i, data in enumerate(files):
-        with open(os.path.join(out, f"seed_{i:04d}"), "wb") as f:
-            f.write(data)
-    print(f"wrote {len(files)} seeds to {out}")
+    mutate(files, rng, 40, 3, 8, 16)
+    write_seeds(out, files)
 
 
 if __name__ == "__main__":

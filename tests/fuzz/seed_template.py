@@ -13,6 +13,9 @@ import os
 import random
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from seedlib import mutate, write_seeds  # noqa: E402
+
 CTX = {
     "messages": [
         {"role": "system", "content": "You are helpful."},
@@ -71,7 +74,6 @@ SNIPPETS = [
 
 def main():
     out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
     ctx_line = json.dumps(CTX, ensure_ascii=False)
     seeds = [s.encode() for s in SNIPPETS]
     here = os.path.dirname(os.path.abspath(__file__))
@@ -84,24 +86,8 @@ def main():
     for i, tpl in enumerate(seeds):
         files.append(ctx_line.encode() + b"\n" + tpl)
         files.append(b"{}\n" + tpl)
-    for i in range(60):  # mutations: flip, delete or duplicate a byte range
-        base = bytearray(rng.choice(files))
-        for _ in range(rng.randint(1, 4)):
-            if not base:
-                break
-            p = rng.randrange(len(base))
-            k = rng.choice((0, 1, 2))
-            if k == 0:
-                base[p] = rng.randrange(256)
-            elif k == 1:
-                del base[p:p + rng.randint(1, 16)]
-            else:
-                base[p:p] = base[p:p + rng.randint(1, 32)]
-        files.append(bytes(base))
-    for i, data in enumerate(files):
-        with open(os.path.join(out, f"seed_{i:04d}"), "wb") as f:
-            f.write(data)
-    print(f"wrote {len(files)} seeds to {out}")
+    mutate(files, rng, 60, 4, 16, 32)
+    write_seeds(out, files)
 
 
 if __name__ == "__main__":
