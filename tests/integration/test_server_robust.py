@@ -708,7 +708,8 @@ def test_disconnect_at_random_points_200_times(srv):
 def test_requests_run_fifo(serial):
     srv = serial
     wait_idle(srv)
-    a = StreamClient(srv, {"messages": STORY, "max_tokens": 300, "stream": True})
+    a = StreamClient(srv, {"messages": STORY, "max_tokens": 300, "stream": True,
+                           "logit_bias": {"0": -100, "2": -100}})  # no early end
     a.read_until(lambda b: b'"content":"' in b)
     done = []
     lock = threading.Lock()
@@ -739,8 +740,10 @@ def test_requests_run_fifo(serial):
 
 
 def test_full_queue_is_503_with_retry_after(starter):
-    with Server("smollm2", "--max-queue", "1") as s:
-        a = StreamClient(s, {"messages": STORY, "max_tokens": 400, "stream": True})
+    # One generating at a time; A cannot end early (no end of turn), so B stays queued.
+    with Server("smollm2", "--max-queue", "1", "--batch", "1") as s:
+        a = StreamClient(s, {"messages": STORY, "max_tokens": 2000, "stream": True,
+                             "logit_bias": {"0": -100, "2": -100}})
         a.read_until(lambda b: b'"content":"' in b)
         res = {}
         b_thread = threading.Thread(target=lambda: res.setdefault(
@@ -777,7 +780,8 @@ def test_full_queue_is_503_with_retry_after(starter):
 def test_default_queue_limit_is_64(serial):
     srv = serial
     wait_idle(srv)
-    a = StreamClient(srv, {"messages": STORY, "max_tokens": 400, "stream": True})
+    a = StreamClient(srv, {"messages": STORY, "max_tokens": 400, "stream": True,
+                           "logit_bias": {"0": -100, "2": -100}})  # no early end
     a.read_until(lambda b: b'"content":"' in b)
     res = []
     lock = threading.Lock()
