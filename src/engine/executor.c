@@ -217,6 +217,17 @@ static void slot_start(hx_executor *ex, slot *sl, hx_job *j)
     }
 }
 
+/* Puts the full blocks of slot sl's sequence (the positions that hold KV) in the prefix cache;
+ * blocks already cached for the same tokens are kept as they are. */
+static void cache_sequence(hx_executor *ex, const slot *sl)
+{
+    if (!ex->cache) return;
+    int32_t n_blocks, n_tokens;
+    const int32_t *blocks = hx_sequence_blocks(sl->seq, &n_blocks);
+    const int32_t *tokens = hx_sequence_tokens(sl->seq, &n_tokens);
+    hx_prefix_cache_insert(ex->cache, 0, tokens, n_tokens, blocks);
+}
+
 /* Ends the job of slot sl; its sequence's full blocks go to the prefix cache. */
 static void slot_finish(hx_executor *ex, slot *sl, hx_status failed, const char *msg)
 {
@@ -224,12 +235,7 @@ static void slot_finish(hx_executor *ex, slot *sl, hx_status failed, const char 
     hx_err err = {0};
     hx_status st = hx_gen_end(sl->gen, &gs, &err);
     if (failed != HX_OK) st = failed, snprintf(err.msg, sizeof err.msg, "%s", msg);
-    if (ex->cache && st == HX_OK) {
-        int32_t n_blocks, n_tokens;
-        const int32_t *blocks = hx_sequence_blocks(sl->seq, &n_blocks);
-        const int32_t *tokens = hx_sequence_tokens(sl->seq, &n_tokens);
-        hx_prefix_cache_insert(ex->cache, 0, tokens, n_tokens, blocks);
-    }
+    if (st == HX_OK) cache_sequence(ex, sl);
     hx_sequence_clear(sl->seq);
     hx_job *j = sl->job;
     sl->job = NULL;
@@ -335,14 +341,11 @@ static void step(hx_executor *ex)
             }
             hx_gen_fed(sl->gen, sl->rows,
                        sl->i_logit >= 0 ? ex->logits + (size_t)sl->i_logit * n_vocab : NULL);
-            if (ex->cache && !sl->prompt_cached && sl->i_logit >= 0) {
+            if (!sl->prompt_cached && sl->i_logit >= 0) {
                 /* The prompt is in the cache now: a request with the same beginning that arrives
                  * while this one still generates starts after it. Its full blocks are final;
                  * only the partial last one is still written, and that one is not shared. */
-                int32_t n_blocks, n_tokens;
-                const int32_t *blocks = hx_sequence_blocks(sl->seq, &n_blocks);
-                const int32_t *tokens = hx_sequence_tokens(sl->seq, &n_tokens);
-                hx_prefix_cache_insert(ex->cache, 0, tokens, n_tokens, blocks);
+                cache_sequence(ex, sl);
                 sl->prompt_cached = true;
             }
         }

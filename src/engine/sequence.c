@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "base/clock.h"
 
 #define BLOCK_TOKENS 16
 
@@ -40,13 +41,6 @@ struct hx_gen {
     hx_err               err;
     hx_gen_stats         stats;
 };
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* ---- sequences ---- */
 
@@ -151,12 +145,6 @@ const int32_t *hx_sequence_tokens(const hx_sequence *s, int32_t *n)
     return s->tokens;
 }
 
-void hx_sequence_kv_blocks(const hx_sequence *s, int32_t *used, int32_t *total)
-{
-    *used = s->table.n_blocks;
-    *total = s->pool->store.n_blocks;
-}
-
 /* ---- stop strings ---- */
 
 /* Length of the longest suffix of text[0..n) that is a proper prefix of a stop string: that
@@ -204,7 +192,7 @@ hx_status hx_gen_begin(hx_sequence *s, const int32_t *prompt, int32_t n, const h
                           n, s->n_ctx);
     hx_gen *g = hx_calloc(1, sizeof *g);
     if (!g) return hx_err_set(err, HX_E_NOMEM, "out of memory");
-    g->t0 = now_ms();
+    g->t0 = hx_now_ms();
     g->s = s, g->gp = gp, g->cb = cb, g->user = user;
     g->n_prompt = n;
     g->stats.n_prompt = n;
@@ -283,7 +271,7 @@ static void sample_next(hx_gen *g, float *logits)
     hx_token_logprobs lp;
     const int32_t tok = hx_sampler_sample(g->smp, logits, &lp);
     if (st->n_gen == 0) {
-        g->t_first = now_ms();
+        g->t_first = hx_now_ms();
         st->first_ms = g->t_first - g->t0;
         st->prompt_ms = st->first_ms;
     }
@@ -358,8 +346,8 @@ hx_status hx_gen_end(hx_gen *g, hx_gen_stats *stats, hx_err *err)
             if (rlen > 0 && g->cb) g->cb(rest, rlen, NULL, g->user);
         }
     }
-    if (st->n_gen == 0 && st->prompt_ms == 0) st->prompt_ms = now_ms() - g->t0;
-    st->gen_ms = st->n_gen > 0 ? now_ms() - g->t_first : 0;
+    if (st->n_gen == 0 && st->prompt_ms == 0) st->prompt_ms = hx_now_ms() - g->t0;
+    st->gen_ms = st->n_gen > 0 ? hx_now_ms() - g->t_first : 0;
     if (rc != HX_OK) hx_err_set(err, rc, "%s", g->err.msg);
     if (stats) *stats = *st;
     hx_free(g->text);

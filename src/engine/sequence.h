@@ -117,9 +117,6 @@ hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
 /* The tokens the cache holds (prompt + generated text of the last call), borrowed. */
 const int32_t *hx_sequence_tokens(const hx_sequence *s, int32_t *n);
 
-/* KV blocks the sequence holds, and the blocks of its pool. */
-void hx_sequence_kv_blocks(const hx_sequence *s, int32_t *used, int32_t *total);
-
 /* Rows per forward step when prefilling (the model's max_tok for sequences). */
 #define HX_SEQUENCE_STEP_TOKENS 256
 

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/utf8.h"
 #include "engine/chat_prompt.h"
 #include "serve/adapter.h"
@@ -461,13 +462,6 @@ static bool collect(hx_exchange *x, const hx_event *ev)
     return true;
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* Waits for the job's next event, cancelling the job once the client is gone. The client is
  * checked after every wait that timed out and, while events keep coming, every WAIT_MS: a reply
  * that is generated quickly must still notice a departed client (a plain reply writes nothing
@@ -476,8 +470,8 @@ static void next_event(hx_exchange *x, hx_event *ev)
 {
     for (;;) {
         const bool got = hx_job_next(x->job, ev, WAIT_MS);
-        if (!x->cancelled && (!got || now_ms() - x->checked_ms >= WAIT_MS)) {
-            x->checked_ms = now_ms();
+        if (!x->cancelled && (!got || hx_now_ms() - x->checked_ms >= WAIT_MS)) {
+            x->checked_ms = hx_now_ms();
             if (hx_http_req_client_gone(x->req)) {
                 hx_job_cancel(x->job);
                 x->cancelled = true;
@@ -551,7 +545,7 @@ static void stream_free(void *state, bool completed)
     hx_exchange *x = state;
     if (!x->finished && x->job) {
         hx_job_cancel(x->job);
-        for (double t0 = now_ms(); !x->finished && now_ms() - t0 < DRAIN_MS;) {
+        for (double t0 = hx_now_ms(); !x->finished && hx_now_ms() - t0 < DRAIN_MS;) {
             hx_event ev;
             if (!hx_job_next(x->job, &ev, WAIT_MS)) continue;
             if (ev.kind == HX_EVENT_DONE) note_done(x, &ev);

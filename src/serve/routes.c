@@ -6,20 +6,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/procmem.h"
+#include "serve/adapter.h"
 #include "serve/serve_int.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 typedef struct {
     hx_executor_stats ex;
@@ -31,7 +24,7 @@ static figures gather(hx_server *s)
 {
     figures f;
     hx_executor_stats_get(s->ex, &f.ex);
-    f.uptime_s = (now_ms() - s->t_start_ms) / 1e3;
+    f.uptime_s = (hx_now_ms() - s->t_start_ms) / 1e3;
     const int64_t n_prefilled = f.ex.n_prompt_tokens - f.ex.n_cached_tokens;
     f.prompt_tok_s = f.ex.prompt_ms > 0 ? (double)n_prefilled / f.ex.prompt_ms * 1e3 : 0;
     f.decode_tok_s = f.ex.gen_ms > 0 ? (double)f.ex.n_gen_timed / f.ex.gen_ms * 1e3 : 0;
@@ -39,21 +32,10 @@ static figures gather(hx_server *s)
     return f;
 }
 
-/* Hands a JSON value (taken) to the response as its body. */
-static void reply_json(hx_http_resp *resp, int status, json_t *v)
-{
-    char *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
-    json_decref(v);
-    resp->status = text ? status : 500;
-    resp->body = text ? hx_strdup(text) : NULL; /* the http layer frees with hx_free */
-    resp->body_len = resp->body ? strlen(resp->body) : 0;
-    free(text);
-}
-
 void hx_route_health(void *ctx, hx_http_req *req, hx_http_resp *resp)
 {
     (void)ctx, (void)req;
-    reply_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+    hx_json_reply(HX_API_OPENAI, 200, json_pack("{s:s}", "status", "ok"), resp);
 }
 
 void hx_route_stats(void *ctx, hx_http_req *req, hx_http_resp *resp)
@@ -101,7 +83,7 @@ void hx_route_stats(void *ctx, hx_http_req *req, hx_http_resp *resp)
         json_decref(o), json_decref(mem), json_decref(last);
         o = NULL;
     }
-    reply_json(resp, 200, o);
+    hx_json_reply(HX_API_OPENAI, 200, o, resp);
 }
 
 void hx_route_metrics(void *ctx, hx_http_req *req, hx_http_resp *resp)

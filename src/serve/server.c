@@ -12,17 +12,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "backend/cpu/cpu_backend.h"
 #include "engine/model_load.h"
 #include "serve/adapter.h"
 #include "serve/serve_int.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 hx_serve_options hx_serve_options_default(void)
 {
@@ -145,7 +139,7 @@ static hx_status server_load(hx_server *s, hx_loaded_model *m, hx_err *err)
 
 int hx_serve_run(const hx_serve_options *o)
 {
-    hx_server s = {.opts = *o, .t_start_ms = now_ms()};
+    hx_server s = {.opts = *o, .t_start_ms = hx_now_ms()};
     hx_loaded_model m = {0};
     hx_err err = {0};
     hx_http *http = NULL;
@@ -174,7 +168,7 @@ int hx_serve_run(const hx_serve_options *o)
     const char *host = o->host ? o->host : "127.0.0.1";
     const bool v6 = strchr(host, ':') != NULL;
     printf("hearth serve: %s (context %d, %s) ready in %.0f ms\n", s.model_id, s.n_ctx,
-           s.tpl ? "chat template" : "no chat template", now_ms() - s.t_start_ms);
+           s.tpl ? "chat template" : "no chat template", hx_now_ms() - s.t_start_ms);
     printf("chat page and API at http://%s%s%s:%d/\n", v6 ? "[" : "",
            strcmp(host, "0.0.0.0") == 0 ? "127.0.0.1" : host, v6 ? "]" : "", hx_http_port(http));
     fflush(stdout);
