@@ -812,8 +812,9 @@ def test_default_queue_limit_is_64(serial):
 def test_sigterm_refuses_queued_requests(starter):
     """Requests still waiting when the server stops never ran: they must not look like a
     normal (empty) reply."""
-    s = Server("smollm2").start()
-    a = StreamClient(s, {"messages": STORY, "max_tokens": 400, "stream": True})
+    s = Server("smollm2", "--batch", "1").start()  # one generating; the others wait
+    a = StreamClient(s, {"messages": STORY, "max_tokens": 400, "stream": True,
+                         "logit_bias": {"0": -100, "2": -100}})  # no early end
     a.read_until(lambda b: b'"content":"' in b)
     res = []
     lock = threading.Lock()
