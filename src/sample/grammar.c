@@ -1,4 +1,5 @@
-/* grammar.c - GBNF-like grammar compiler, pushdown recognizer over bytes, and token masks.
+/* grammar.c - GBNF-like grammar compiler and pushdown recognizer over bytes (token bytes and
+ * masks are in grammar_vocab.c).
  *
  * Compiled form (flat, like llama.cpp's): every rule is a run of elements, its alternatives
  * separated by GEL_ALT and the last one closed by GEL_END. An element is a character class
@@ -14,7 +15,7 @@
  * one contiguous range, surrogates aside), so no accepted prefix is a dead end. Left recursion is
  * refused at compile time, which makes expansion terminate; a work budget and the stack limits
  * bound it anyway. */
-#include "sample/grammar.h"
+#include "sample/grammar_int.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,76 +24,13 @@
 
 #include "base/alloc.h"
 
-/* ---- types ---- */
-
-enum { GEL_END, GEL_ALT, GEL_REF, GEL_CLASS, GEL_NCLASS };
-
-typedef struct {
-    uint32_t type;
-    uint32_t a; /* REF: rule index; CLASS/NCLASS: first range */
-    uint32_t b; /* CLASS/NCLASS: number of ranges */
-} gel;
-
-typedef struct {
-    uint32_t lo, hi; /* inclusive code points */
-} grange;
-
-struct hx_grammar {
-    gel      *el;         /* [n_el] all rules, each closed by GEL_END */
-    uint32_t  n_el;
-    uint32_t *rule_start; /* [n_rules] index of a rule's first element */
-    uint32_t  n_rules;
-    grange   *ranges;     /* [n_ranges] */
-    uint32_t  n_ranges;
-    uint32_t  root;
-};
-
-/* A set of stacks: data holds [len, pos_0 .. pos_len-1] per stack, bottom first; slots is an
- * open-addressing hash of (offset + 1) for de-duplication, with used[] listing the slots taken
- * so that clearing costs the number of stacks rather than the table size. */
-typedef struct {
-    uint32_t *data;
-    size_t    n_data, cap_data;
-    uint32_t *slots;
-    uint32_t  cap_slots; /* power of two or 0 */
-    uint32_t *used;
-    uint32_t  n_stacks, cap_used;
-    uint32_t  cp;        /* bits of the UTF-8 character being read */
-    uint8_t   left;      /* continuation bytes still expected */
-    uint8_t   seq_len;   /* length of that character */
-    bool      has_empty; /* some stack is empty: the root rule may end here */
-    bool      has_open;  /* some stack is not empty */
-} sset;
-
 #define EXPAND_BUDGET (1u << 17) /* expansion steps plus stack words stored, for one byte */
 #define EXPAND_LEVELS 12000u     /* nested expand calls (chains of leading references) */
 #define LEAD_CHAIN    10000u     /* longest chain of leading references a grammar may have */
 
-struct hx_grammar_state {
-    const hx_grammar *g;    /* borrowed */
-    sset              cur;
-    sset              tmp[2];
-    sset             *depth; /* [n_depth] mask scratch, one set per trie depth */
-    uint32_t          n_depth;
-    uint32_t         *buf;   /* [HX_GRAMMAR_MAX_DEPTH + 2] expansion scratch */
-};
-
-struct hx_grammar_vocab {
-    int32_t  n_vocab;
-    uint32_t n_nodes;
-    uint8_t  *node_byte;  /* [n_nodes] trie in pre-order */
-    uint32_t *node_depth; /* [n_nodes] 1 for children of the root */
-    uint32_t *node_skip;  /* [n_nodes] first node after this one's subtree */
-    uint32_t *node_ids;   /* [n_nodes + 1] ids ending at node i: ids[node_ids[i]..node_ids[i+1]) */
-    int32_t  *ids;
-    uint32_t  max_depth;
-    int32_t  *end_ids;
-    size_t    n_end;
-};
-
 /* ---- stack sets ---- */
 
-static void sset_free(sset *s)
+void hx_gram_sset_free(sset *s)
 {
     hx_free(s->data);
     hx_free(s->slots);
@@ -313,8 +251,8 @@ static bool step_cp(const hx_grammar *g, const sset *in, uint32_t cp, sset *out,
     return !x.failed && out->n_stacks > 0;
 }
 
-/* Advances in over one byte into out (cleared here). False when the byte is rejected. */
-static bool step_byte(const hx_grammar *g, const sset *in, uint8_t c, sset *out, uint32_t *buf)
+/* Advances in over one byte into out (cleared here); the contract is in grammar_int.h. */
+bool hx_gram_step_byte(const hx_grammar *g, const sset *in, uint8_t c, sset *out, uint32_t *buf)
 {
     static const uint32_t min_cp[5] = { 0, 0, 0x80, 0x800, 0x10000 };
     sset_clear(out);
@@ -407,11 +345,10 @@ fail:
 void hx_grammar_state_free(hx_grammar_state *s)
 {
     if (!s) return;
-    sset_free(&s->cur);
-    sset_free(&s->tmp[0]);
-    sset_free(&s->tmp[1]);
-    for (uint32_t i = 0; i < s->n_depth; i++) sset_free(&s->depth[i]);
-    hx_free(s->depth);
+    hx_gram_sset_free(&s->cur);
+    hx_gram_sset_free(&s->tmp[0]);
+    hx_gram_sset_free(&s->tmp[1]);
+    hx_gram_mask_free(&s->mask);
     hx_free(s->buf);
     hx_free(s);
 }
@@ -423,7 +360,7 @@ bool hx_grammar_accept_bytes(hx_grammar_state *s, const char *p, size_t n)
     sset *out = NULL;
     for (size_t i = 0; i < n; i++) {
         out = &s->tmp[i & 1];
-        if (!step_byte(s->g, in, (uint8_t)p[i], out, s->buf)) return false;
+        if (!hx_gram_step_byte(s->g, in, (uint8_t)p[i], out, s->buf)) return false;
         in = out;
     }
     /* Swap rather than copy: the old current set becomes scratch. */
@@ -597,14 +534,6 @@ static bool at_rule_start(const gb *b)
     return b->end - q >= 3 && memcmp(q, "::=", 3) == 0;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* Reads one character of a literal or class (an escape or one UTF-8 character) into *cp. */
 static bool parse_char(gb *b, uint32_t *cp)
 {
@@ -636,7 +565,7 @@ static bool parse_char(gb *b, uint32_t *cp)
         }
         uint32_t v = 0;
         for (int i = 0; i < n_hex; i++) {
-            const int h = b->p < b->end ? hexval(*b->p) : -1;
+            const int h = b->p < b->end ? gram_hexval(*b->p) : -1;
             if (h < 0)
                 return gb_fail(b, HX_E_INVALID, b->p, "expected %d hex digits after '\\%c', "
                                "found %s", n_hex, e, found(b, b->p, tmp, sizeof tmp));
@@ -1021,9 +950,18 @@ done:
 
 /* ---- compiler: entry point ---- */
 
+hx_grammar *hx_grammar_retain(hx_grammar *g)
+{
+    /* Relaxed is enough: the caller already holds a reference, so nothing can be freed here. */
+    atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
+    return g;
+}
+
+/* The last reference frees. acq_rel orders every holder's reads of the grammar before the free
+ * that one of them performs. */
 void hx_grammar_free(hx_grammar *g)
 {
-    if (!g) return;
+    if (!g || atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1) return;
     hx_free(g->el);
     hx_free(g->rule_start);
     hx_free(g->ranges);
@@ -1053,6 +991,7 @@ hx_status hx_grammar_compile(const char *src, size_t len, hx_grammar **out, hx_e
     }
     g = hx_calloc(1, sizeof *g);
     if (!g) goto nomem;
+    atomic_init(&g->refs, 1);
     g->n_rules = b.n_rules;
     g->n_el = (uint32_t)b.n_el_total;
     g->root = root;
@@ -1094,247 +1033,4 @@ done:
     hx_free(b.rules);
     hx_free(b.ranges);
     return b.st;
-}
-
-/* ---- vocabulary trie ---- */
-
-typedef struct {
-    const uint8_t *p;
-    size_t         len;
-    int32_t        id;
-} tok_ref;
-
-static int cmp_tok(const void *x, const void *y)
-{
-    const tok_ref *a = x, *b = y;
-    const size_t n = a->len < b->len ? a->len : b->len;
-    const int c = n ? memcmp(a->p, b->p, n) : 0;
-    if (c) return c;
-    if (a->len != b->len) return a->len < b->len ? -1 : 1;
-    return a->id < b->id ? -1 : a->id > b->id;
-}
-
-void hx_grammar_vocab_free(hx_grammar_vocab *v)
-{
-    if (!v) return;
-    hx_free(v->node_byte);
-    hx_free(v->node_depth);
-    hx_free(v->node_skip);
-    hx_free(v->node_ids);
-    hx_free(v->ids);
-    hx_free(v->end_ids);
-    hx_free(v);
-}
-
-int32_t hx_grammar_vocab_n_vocab(const hx_grammar_vocab *v)
-{
-    return v->n_vocab;
-}
-
-/* Sorting the tokens makes the trie fall out in pre-order: a token shares with the previous one
- * exactly their common prefix, the nodes past it are closed (their subtree ends here) and new
- * nodes are opened for the rest. A token that is a prefix of another sorts first, so the ids
- * ending at a node are contiguous. */
-hx_status hx_grammar_vocab_init(const char *const *bytes, const size_t *lens, int32_t n_vocab,
-                                const int32_t *end_ids, size_t n_end, hx_grammar_vocab **out,
-                                hx_err *err)
-{
-    hx_status st = HX_E_NOMEM;
-    tok_ref *toks = NULL;
-    uint32_t *path = NULL;
-    hx_grammar_vocab *v = hx_calloc(1, sizeof *v);
-    if (!v) goto fail;
-    if (n_vocab < 0) {
-        st = hx_err_set(err, HX_E_INVALID, "grammar vocab: expected n_vocab >= 0, found %d",
-                        (int)n_vocab);
-        goto fail;
-    }
-    v->n_vocab = n_vocab;
-    size_t n_tok = 0, n_bytes = 0, max_len = 0;
-    toks = hx_alloc(((size_t)n_vocab + 1) * sizeof *toks);
-    if (!toks) goto fail;
-    for (size_t i = 0; i < n_end; i++) {
-        if (end_ids[i] < 0 || end_ids[i] >= n_vocab) {
-            st = hx_err_set(err, HX_E_INVALID, "grammar vocab: expected end token ids in [0, %d), "
-                            "found %d", (int)n_vocab, (int)end_ids[i]);
-            goto fail;
-        }
-    }
-    for (int32_t id = 0; id < n_vocab; id++) {
-        bool is_end = false; /* an end token's own bytes are never matched: it ends, only */
-        for (size_t i = 0; i < n_end; i++) is_end |= end_ids[i] == id;
-        if (lens[id] == 0 || is_end) continue;
-        toks[n_tok++] = (tok_ref){ (const uint8_t *)bytes[id], lens[id], id };
-        n_bytes += lens[id];
-        if (lens[id] > max_len) max_len = lens[id];
-    }
-    qsort(toks, n_tok, sizeof *toks, cmp_tok);
-    /* n_bytes bounds the node count; shared prefixes make the real count smaller. */
-    v->node_byte = hx_alloc(n_bytes + 1);
-    v->node_depth = hx_alloc((n_bytes + 1) * sizeof *v->node_depth);
-    v->node_skip = hx_alloc((n_bytes + 1) * sizeof *v->node_skip);
-    v->node_ids = hx_alloc((n_bytes + 2) * sizeof *v->node_ids);
-    v->ids = hx_alloc((n_tok + 1) * sizeof *v->ids);
-    v->end_ids = hx_alloc((n_end + 1) * sizeof *v->end_ids);
-    path = hx_alloc((max_len + 1) * sizeof *path);
-    if (!v->node_byte || !v->node_depth || !v->node_skip || !v->node_ids || !v->ids ||
-        !v->end_ids || !path)
-        goto fail;
-    uint32_t n_nodes = 0, n_ids = 0;
-    size_t prev_len = 0;
-    const uint8_t *prev = NULL;
-    for (size_t i = 0; i < n_tok; i++) {
-        const tok_ref *t = &toks[i];
-        size_t lcp = 0;
-        while (lcp < prev_len && lcp < t->len && prev[lcp] == t->p[lcp]) lcp++;
-        for (size_t d = prev_len; d > lcp; d--) v->node_skip[path[d]] = n_nodes;
-        for (size_t d = lcp + 1; d <= t->len; d++) {
-            v->node_byte[n_nodes] = t->p[d - 1];
-            v->node_depth[n_nodes] = (uint32_t)d;
-            v->node_ids[n_nodes] = n_ids;
-            path[d] = n_nodes++;
-        }
-        /* ids of node k run to node_ids[k + 1]; a node that gets ids is always the newest one
-         * (or equal to the previous token), so filling node_ids[n_nodes] keeps that true. */
-        v->ids[n_ids++] = t->id;
-        v->node_ids[n_nodes] = n_ids;
-        prev = t->p;
-        prev_len = t->len;
-    }
-    for (size_t d = prev_len; d > 0; d--) v->node_skip[path[d]] = n_nodes;
-    v->node_ids[n_nodes] = n_ids;
-    v->n_nodes = n_nodes;
-    v->max_depth = (uint32_t)max_len;
-    for (size_t i = 0; i < n_end; i++) v->end_ids[i] = end_ids[i];
-    v->n_end = n_end;
-    hx_free(toks);
-    hx_free(path);
-    *out = v;
-    return HX_OK;
-fail:
-    if (st == HX_E_NOMEM) hx_err_set(err, HX_E_NOMEM, "grammar vocab: out of memory");
-    hx_free(toks);
-    hx_free(path);
-    hx_grammar_vocab_free(v);
-    return st;
-}
-
-/* GPT-2's byte-level alphabet: printable bytes stand for themselves, the rest are numbered from
- * U+0100 in byte order. */
-static bool gpt2_printable(int b)
-{
-    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-}
-
-static uint32_t decode_utf8(const char *s, size_t n, size_t *i)
-{
-    const uint8_t c = (uint8_t)s[*i];
-    int k = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : 0;
-    uint32_t v = k ? (uint32_t)(c & (0x3F >> k)) : c;
-    ++*i;
-    for (; k > 0 && *i < n; k--) v = v << 6 | ((uint8_t)s[(*i)++] & 0x3F);
-    return v;
-}
-
-/* The bytes a piece stands for, into out (capacity at least n). */
-static size_t piece_bytes(const char *piece, size_t n, bool byte_level, const int16_t *inv,
-                          char *out)
-{
-    size_t m = 0;
-    if (byte_level) {
-        for (size_t i = 0; i < n;) {
-            const uint32_t cp = decode_utf8(piece, n, &i);
-            if (cp >= 0x144 || inv[cp] < 0) { /* not in the alphabet: an added token's text */
-                memcpy(out, piece, n);
-                return n;
-            }
-            out[m++] = (char)inv[cp];
-        }
-        return m;
-    }
-    if (n == 6 && memcmp(piece, "<0x", 3) == 0 && piece[5] == '>' && hexval(piece[3]) >= 0 &&
-        hexval(piece[4]) >= 0) {
-        out[0] = (char)(hexval(piece[3]) << 4 | hexval(piece[4]));
-        return 1;
-    }
-    for (size_t i = 0; i < n;) {
-        if (n - i >= 3 && memcmp(piece + i, "\xE2\x96\x81", 3) == 0) { /* U+2581 ▁ */
-            out[m++] = ' ';
-            i += 3;
-        } else {
-            out[m++] = piece[i++];
-        }
-    }
-    return m;
-}
-
-hx_status hx_grammar_vocab_from_tokenizer(const hx_tokenizer *t, hx_grammar_vocab **out,
-                                          hx_err *err)
-{
-    hx_status st = HX_E_NOMEM;
-    const int32_t n_vocab = hx_tokenizer_n_vocab(t);
-    const bool byte_level = strcmp(hx_tokenizer_kind(t), "bpe") == 0;
-    int16_t inv[0x144];
-    for (int i = 0; i < 0x144; i++) inv[i] = -1;
-    for (int b = 0, n = 0; b < 256; b++) inv[gpt2_printable(b) ? b : 0x100 + n++] = (int16_t)b;
-    size_t total = 0;
-    for (int32_t id = 0; id < n_vocab; id++) {
-        size_t len = 0;
-        hx_tokenizer_piece(t, id, &len);
-        total += len;
-    }
-    char *blob = hx_alloc(total + 1);
-    const char **bytes = hx_alloc(((size_t)n_vocab + 1) * sizeof *bytes);
-    size_t *lens = hx_alloc(((size_t)n_vocab + 1) * sizeof *lens);
-    if (!blob || !bytes || !lens) {
-        hx_err_set(err, HX_E_NOMEM, "grammar vocab: out of memory");
-        goto done;
-    }
-    size_t at = 0;
-    for (int32_t id = 0; id < n_vocab; id++) {
-        size_t len = 0;
-        const char *piece = hx_tokenizer_piece(t, id, &len);
-        bytes[id] = blob + at;
-        lens[id] = hx_tokenizer_is_special(t, id) ? 0 : piece_bytes(piece, len, byte_level, inv,
-                                                                    blob + at);
-        at += lens[id];
-    }
-    size_t n_end = 0;
-    const int32_t *end = hx_tokenizer_eot(t, &n_end);
-    st = hx_grammar_vocab_init(bytes, lens, n_vocab, end, n_end, out, err);
-done:
-    hx_free(blob);
-    hx_free(bytes);
-    hx_free(lens);
-    return st;
-}
-
-/* ---- token masks ---- */
-
-/* One pre-order pass over the trie: the set for a node is its parent's set advanced by the
- * node's byte, kept in depth[] so siblings reuse the parent's; a rejected node skips its whole
- * subtree, which is where the savings are (most tokens die on their first byte). */
-hx_status hx_grammar_mask(hx_grammar_state *s, const hx_grammar_vocab *v, uint8_t *allowed)
-{
-    memset(allowed, 0, (size_t)v->n_vocab);
-    if (s->n_depth < v->max_depth) {
-        sset *d = hx_realloc(s->depth, v->max_depth * sizeof *d);
-        if (!d) return HX_E_NOMEM;
-        memset(d + s->n_depth, 0, (v->max_depth - s->n_depth) * sizeof *d);
-        s->depth = d;
-        s->n_depth = v->max_depth;
-    }
-    for (uint32_t i = 0; i < v->n_nodes;) {
-        const uint32_t d = v->node_depth[i];
-        const sset *in = d == 1 ? &s->cur : &s->depth[d - 2];
-        if (!step_byte(s->g, in, v->node_byte[i], &s->depth[d - 1], s->buf)) {
-            i = v->node_skip[i];
-            continue;
-        }
-        for (uint32_t k = v->node_ids[i]; k < v->node_ids[i + 1]; k++) allowed[v->ids[k]] = 1;
-        i++;
-    }
-    if (hx_grammar_done(s))
-        for (size_t i = 0; i < v->n_end; i++) allowed[v->end_ids[i]] = 1;
-    return HX_OK;
 }

@@ -5,9 +5,9 @@
  * positions (a pushdown recognizer in the style of llama.cpp's, so recursion such as nested JSON
  * works), advanced byte by byte; characters are Unicode code points, so a class like [^"\\]
  * accepts a multi-byte character one byte at a time and refuses invalid UTF-8. An
- * hx_grammar_vocab holds every token's bytes in a trie built once per tokenizer, so the per-step
- * mask walks shared prefixes once. This module does not sample and does not know the server:
- * the sampler calls hx_grammar_mask and hx_grammar_accept_bytes.
+ * hx_grammar_vocab holds every token's bytes, by id and in a trie built once per tokenizer, so
+ * the per-step mask walks shared prefixes once. This module does not sample and does not know the
+ * server: the sampler calls hx_grammar_accept_bytes and, when a token is refused, hx_grammar_mask.
  *
  * Grammar text (one rule per `name ::= alternatives`; rules may span lines; `#` comments):
  *
@@ -25,7 +25,8 @@
  *
  * Bounds: a grammar is refused when left-recursive or when its start state already exceeds the
  * stack limits; at run time a byte whose expansion would exceed them is rejected (never a hang).
- * A state belongs to one thread at a time. Free functions accept NULL. */
+ * A compiled grammar is reference counted (hx_grammar_retain), so a cache and the requests using
+ * it can share one. A state belongs to one thread at a time. Free functions accept NULL. */
 #ifndef HX_SAMPLE_GRAMMAR_H
 #define HX_SAMPLE_GRAMMAR_H
 #include <stdbool.h>
@@ -51,7 +52,11 @@ typedef struct hx_grammar_vocab hx_grammar_vocab; /* token bytes in a trie; immu
  * HX_E_UNSUPPORTED for a grammar beyond the limits above (left recursion, too many states).
  * HX_E_NOMEM on allocation failure. *out (free with hx_grammar_free) is written on success only. */
 hx_status hx_grammar_compile(const char *src, size_t len, hx_grammar **out, hx_err *err);
-void      hx_grammar_free(hx_grammar *g);
+/* Adds a reference to g and returns g. A compiled grammar starts with one reference; each
+ * reference is dropped with hx_grammar_free, and the last one frees the grammar. Safe from any
+ * thread (an atomic counter): one thread may retain or free while others read the grammar. */
+hx_grammar *hx_grammar_retain(hx_grammar *g);
+void        hx_grammar_free(hx_grammar *g); /* drops one reference */
 
 /* ---- recognizer ---- */
 
@@ -92,12 +97,21 @@ hx_status hx_grammar_vocab_from_tokenizer(const hx_tokenizer *t, hx_grammar_voca
 void      hx_grammar_vocab_free(hx_grammar_vocab *v);
 int32_t   hx_grammar_vocab_n_vocab(const hx_grammar_vocab *v);
 
+/* The bytes token id matches, as the vocab holds them (a copy; borrowed, valid as long as v):
+ * *len is 0 for the tokens never allowed (no bytes, special tokens) and for the end tokens, which
+ * match no bytes. An id outside [0, n_vocab) gives "" with *len 0. */
+const char *hx_grammar_vocab_token(const hx_grammar_vocab *v, int32_t id, size_t *len);
+/* id is one of the vocab's end tokens (allowed exactly when the state is done). */
+bool        hx_grammar_vocab_is_end(const hx_grammar_vocab *v, int32_t id);
+
 /* Writes allowed[0..n_vocab): 1 for each token whose bytes the state accepts (exactly the tokens
  * for which hx_grammar_accept_bytes on a copy of s would return true), 1 for the end tokens when
  * hx_grammar_done(s), 0 otherwise; a token ending inside a UTF-8 character is allowed when some
- * allowed character starts that way. The walk shares work between tokens with a common prefix. s is
- * not advanced; it keeps scratch memory between calls so that a mask after the first allocates
- * nothing (hence non-const). HX_E_NOMEM (allowed then all 0) when that scratch cannot be
+ * allowed character starts that way. The walk shares work between tokens with a common prefix and
+ * remembers each step per (stack set, byte), so a mask inside a string, where most tokens fit,
+ * costs about one look-up per trie node. s is not advanced; it keeps scratch memory between calls
+ * so that a mask after the first allocates nothing once the scratch has grown to what the grammar
+ * needs (hence non-const). HX_E_NOMEM (allowed then all 0) when the per-depth scratch cannot be
  * allocated; an allocation failure deeper in the walk rejects the token concerned, as
  * hx_grammar_accept_bytes would. */
 hx_status hx_grammar_mask(hx_grammar_state *s, const hx_grammar_vocab *v, uint8_t *allowed);

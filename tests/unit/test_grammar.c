@@ -571,31 +571,78 @@ static int test_greedy_masked_generation_always_satisfies_the_schema(void)
     return 0;
 }
 
-/* Not an assertion: prints how long a mask takes for a 30-property schema over a vocabulary of
- * 49k random BPE-like tokens, at the start and inside a string (the widest case). */
-static int test_mask_timing_print_for_a_large_vocabulary(void)
+/* 49k random BPE-like tokens: the 256 bytes, then 1 to 9 characters of JSON-ish text, some
+ * starting with a space; the last id is the end token. */
+enum { N_BIG = 49152 };
+static const char *g_big_bytes[N_BIG];
+static size_t g_big_lens[N_BIG];
+
+static hx_grammar_vocab *big_vocab(void)
 {
-    enum { N_VOCAB = 49152 };
-    static char blob[N_VOCAB * 12];
-    static const char *bytes[N_VOCAB];
-    static size_t lens[N_VOCAB];
-    static uint8_t allowed[N_VOCAB];
+    static char blob[N_BIG * 12];
     static const char alphabet[] = "etaoinshrdlucmfwypvbgkqjxz\"{}[]:,. 0123456789_-'\n";
     uint32_t rng = 12345;
     size_t at = 0;
-    for (int32_t id = 0; id < N_VOCAB; id++) {
+    for (int32_t id = 0; id < N_BIG; id++) {
         size_t n = id < 256 ? 1 : 1 + check_rng(&rng) % 9;
-        bytes[id] = blob + at;
+        g_big_bytes[id] = blob + at;
         for (size_t k = 0; k < n; k++)
             blob[at++] = id < 256 ? (char)id
                                   : (k == 0 && check_rng(&rng) % 2) ? ' '
                                   : alphabet[check_rng(&rng) % (sizeof alphabet - 1)];
-        lens[id] = n;
+        g_big_lens[id] = n;
     }
-    int32_t end_id = N_VOCAB - 1;
+    int32_t end_id = N_BIG - 1;
     hx_grammar_vocab *v = NULL;
     hx_err err = { 0 };
-    CHECK_EQ(hx_grammar_vocab_init(bytes, lens, N_VOCAB, &end_id, 1, &v, &err), HX_OK);
+    if (hx_grammar_vocab_init(g_big_bytes, g_big_lens, N_BIG, &end_id, 1, &v, &err) != HX_OK)
+        fprintf(stderr, "big vocab: %s\n", err.msg);
+    return v;
+}
+
+/* The mask's shortcuts (remembered steps, plain subtrees allowed whole) against accepting every
+ * token on a copy of the state, where most tokens fit and where few do. */
+static int test_mask_matches_brute_force_on_a_large_vocabulary(void)
+{
+    static uint8_t allowed[N_BIG];
+    hx_grammar_vocab *v = big_vocab();
+    CHECK(v != NULL);
+    const char *text = hx_json_object_grammar();
+    hx_grammar *g = compile(text);
+    CHECK(g != NULL);
+    static const char *const where[] = { "", "{\"", "{\"ab", "{\"a\": [1, {\"b\": \"x y",
+                                         "{\"a\": \"\\", "{\"a\": 12", "{\"a\": \"\xE6\x97" };
+    for (size_t w = 0; w < HX_COUNTOF(where); w++) {
+        hx_grammar_state *s = hx_grammar_start(g);
+        CHECK(s && hx_grammar_accept_bytes(s, where[w], strlen(where[w])));
+        CHECK_EQ(hx_grammar_mask(s, v, allowed), HX_OK);
+        int n_allowed = 0;
+        for (int32_t id = 0; id < N_BIG - 1; id++) {
+            hx_grammar_state *c = hx_grammar_state_copy(s);
+            CHECK(c != NULL);
+            const bool want = hx_grammar_accept_bytes(c, g_big_bytes[id], g_big_lens[id]);
+            hx_grammar_state_free(c);
+            if (allowed[id] != want)
+                CHECK_FAIL("after '%s', token %d '%.*s': mask %d, brute force %d", where[w],
+                           (int)id, (int)g_big_lens[id], g_big_bytes[id], allowed[id], want);
+            n_allowed += want;
+        }
+        CHECK_EQ(allowed[N_BIG - 1], hx_grammar_done(s));
+        printf("after '%s': %d tokens allowed\n", where[w], n_allowed);
+        hx_grammar_state_free(s);
+    }
+    hx_grammar_free(g);
+    hx_grammar_vocab_free(v);
+    return 0;
+}
+
+/* Not an assertion: prints how long a mask takes for a 30-property schema over the large
+ * vocabulary, at the start and inside a string (the widest case). */
+static int test_mask_timing_print_for_a_large_vocabulary(void)
+{
+    static uint8_t allowed[N_BIG];
+    hx_grammar_vocab *v = big_vocab();
+    CHECK(v != NULL);
     char schema[8192];
     size_t n = (size_t)snprintf(schema, sizeof schema, "{\"type\":\"object\",\"properties\":{");
     static const char *const types[] = { "string", "integer", "boolean", "number" };
@@ -616,13 +663,85 @@ static int test_mask_timing_print_for_a_large_vocabulary(void)
         for (int r = 0; r < reps; r++) CHECK_EQ(hx_grammar_mask(s, v, allowed), HX_OK);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         int n_allowed = 0;
-        for (int32_t id = 0; id < N_VOCAB; id++) n_allowed += allowed[id];
+        for (int32_t id = 0; id < N_BIG; id++) n_allowed += allowed[id];
         const double ms = ((double)(t1.tv_sec - t0.tv_sec) * 1e3 +
                            (double)(t1.tv_nsec - t0.tv_nsec) / 1e6) / reps;
         printf("mask after '%s': %.3f ms, %d of %d tokens allowed\n", where[w], ms, n_allowed,
-               N_VOCAB);
+               N_BIG);
         hx_grammar_state_free(s);
     }
+    hx_grammar_free(g);
+    hx_grammar_vocab_free(v);
+    return 0;
+}
+
+static int test_vocab_hands_back_each_tokens_bytes(void)
+{
+    tiny_vocab tv;
+    tiny_vocab_fill(&tv);
+    hx_grammar_vocab *v = NULL;
+    hx_err err = { 0 };
+    CHECK_EQ(hx_grammar_vocab_init(tv.bytes, tv.lens, tv.n, &tv.end_id, 1, &v, &err), HX_OK);
+    for (int32_t id = 0; id < tv.n; id++) {
+        size_t len = 99;
+        const char *b = hx_grammar_vocab_token(v, id, &len);
+        CHECK(b != tv.bytes[id]); /* a copy */
+        CHECK_EQ(len, tv.lens[id]);
+        CHECK(memcmp(b, tv.bytes[id], len) == 0);
+        CHECK_EQ(hx_grammar_vocab_is_end(v, id), id == tv.end_id);
+    }
+    size_t len = 99;
+    CHECK_EQ(hx_grammar_vocab_token(v, -1, &len)[0], '\0');
+    CHECK_EQ(len, 0);
+    len = 99;
+    hx_grammar_vocab_token(v, tv.n, &len);
+    CHECK_EQ(len, 0);
+    CHECK(!hx_grammar_vocab_is_end(v, tv.n));
+    hx_grammar_vocab_free(v);
+    /* an end token given with bytes matches none */
+    const char *const bytes[2] = { "a", "</s>" };
+    const size_t lens[2] = { 1, 4 };
+    const int32_t end = 1;
+    CHECK_EQ(hx_grammar_vocab_init(bytes, lens, 2, &end, 1, &v, &err), HX_OK);
+    hx_grammar_vocab_token(v, 1, &len);
+    CHECK_EQ(len, 0);
+    CHECK(hx_grammar_vocab_is_end(v, 1));
+    hx_grammar_vocab_free(v);
+    return 0;
+}
+
+/* The mask remembers steps per stack set; an allocation failing anywhere in it must still never
+ * allow a token the grammar refuses, and must leave nothing behind. */
+static int test_mask_under_failing_allocations_allows_no_refused_token(void)
+{
+    tiny_vocab tv;
+    tiny_vocab_fill(&tv);
+    hx_grammar_vocab *v = NULL;
+    hx_err err = { 0 };
+    CHECK_EQ(hx_grammar_vocab_init(tv.bytes, tv.lens, tv.n, &tv.end_id, 1, &v, &err), HX_OK);
+    hx_grammar *g = compile_schema(k_gen_schema);
+    CHECK(g != NULL);
+    hx_grammar_state *s = hx_grammar_start(g);
+    CHECK(s && hx_grammar_accept_bytes(s, "{\"name\": \"a", 11));
+    uint8_t truth[400], got[400];
+    CHECK_EQ(hx_grammar_mask(s, v, truth), HX_OK);
+    const size_t live = hx_alloc_live_bytes();
+    int n_equal = 0;
+    for (int64_t k = 0; k < 300; k++) {
+        hx_grammar_state *c = hx_grammar_state_copy(s); /* no mask scratch yet */
+        CHECK(c != NULL);
+        hx_alloc_fail_after(k);
+        const hx_status st = hx_grammar_mask(c, v, got);
+        hx_alloc_fail_after(-1);
+        CHECK(st == HX_OK || st == HX_E_NOMEM);
+        for (int32_t id = 0; id < tv.n; id++)
+            if (got[id] && !truth[id]) CHECK_FAIL("k %d: token %d allowed", (int)k, (int)id);
+        n_equal += memcmp(got, truth, (size_t)tv.n) == 0;
+        hx_grammar_state_free(c);
+        CHECK_EQ(hx_alloc_live_bytes(), live);
+    }
+    CHECK(n_equal > 0); /* once the failure comes late enough, the mask is whole */
+    hx_grammar_state_free(s);
     hx_grammar_free(g);
     hx_grammar_vocab_free(v);
     return 0;
@@ -680,6 +799,15 @@ static int test_vocab_from_a_byte_level_tokenizer_recovers_token_bytes(void)
     CHECK_EQ(hx_grammar_vocab_from_tokenizer(t, &v, &err), HX_OK);
     const int32_t n = hx_grammar_vocab_n_vocab(v);
     CHECK_EQ(n, hx_tokenizer_n_vocab(t));
+    size_t len = 0;
+    const char *tb = hx_grammar_vocab_token(v, 257, &len);
+    CHECK(len == 5 && memcmp(tb, " true", 5) == 0); /* "Ġtrue" */
+    tb = hx_grammar_vocab_token(v, 258, &len);
+    CHECK(len == 2 && memcmp(tb, "\xC3\xA9", 2) == 0);
+    hx_grammar_vocab_token(v, 260, &len); /* special */
+    CHECK_EQ(len, 0);
+    hx_grammar_vocab_token(v, 259, &len); /* <|endoftext|>: an end token */
+    CHECK(len == 0 && hx_grammar_vocab_is_end(v, 259) && !hx_grammar_vocab_is_end(v, 260));
     uint8_t *allowed = hx_alloc((size_t)n);
     CHECK(allowed != NULL);
     hx_grammar *g = compile("root ::= \"{\\\"\" \" true\" \"\xC3\xA9\"");
@@ -759,8 +887,11 @@ static const check_case cases[] = {
     { "mask_allows_exactly_the_tokens_that_keep_the_state_alive", test_mask_allows_exactly_the_tokens_that_keep_the_state_alive },
     { "mask_after_the_first_allocates_nothing", test_mask_after_the_first_allocates_nothing },
     { "greedy_masked_generation_always_satisfies_the_schema", test_greedy_masked_generation_always_satisfies_the_schema },
+    { "mask_matches_brute_force_on_a_large_vocabulary", test_mask_matches_brute_force_on_a_large_vocabulary },
     { "mask_timing_print_for_a_large_vocabulary", test_mask_timing_print_for_a_large_vocabulary },
     { "vocab_from_a_byte_level_tokenizer_recovers_token_bytes", test_vocab_from_a_byte_level_tokenizer_recovers_token_bytes },
+    { "vocab_hands_back_each_tokens_bytes", test_vocab_hands_back_each_tokens_bytes },
+    { "mask_under_failing_allocations_allows_no_refused_token", test_mask_under_failing_allocations_allows_no_refused_token },
     { "failed_allocations_leave_nothing_behind", test_failed_allocations_leave_nothing_behind },
 };
 CHECK_MAIN(cases)
