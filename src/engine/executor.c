@@ -80,6 +80,7 @@ void hx_completion_free(hx_completion *c)
 {
     if (!c) return;
     hx_arena_free(&c->arena);
+    hx_grammar_free(c->grammar);
     hx_free(c);
 }
 

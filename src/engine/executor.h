@@ -23,13 +23,16 @@
 #include "engine/sequence.h"
 
 /* A prepared completion. Fill it after hx_completion_new; everything it points to lives in its
- * arena (or is static), so hx_completion_free releases it all. */
+ * arena (or is static), or is the grammar reference it owns, so hx_completion_free releases it
+ * all. gp.sampling.grammar_vocab is borrowed (the tokenizer's; it outlives the executor). */
 typedef struct {
     hx_arena      arena;    /* owns prompt, gp.stop and the strings they point to */
     int32_t      *prompt;   /* [n_prompt] token ids */
     int32_t       n_prompt;
     hx_gen_params gp;       /* sampling, max_tokens (<= 0: until the context is full), stops */
     bool          logprobs; /* attach the completing token's logprobs to text events */
+    hx_grammar   *grammar;  /* an owned reference (released by hx_completion_free);
+                             * gp.sampling.grammar points to it */
 } hx_completion;
 
 hx_completion *hx_completion_new(void); /* zeroed, gp.sampling = hx_sampling_default(); NULL: OOM */

@@ -33,6 +33,9 @@ struct hx_gen {
     hx_detok             dt;
     char                *text;    /* generated text not yet handed to the callback */
     size_t               text_len, text_cap;
+    char                *after;   /* the generated text's last bytes, while a lazy grammar waits
+                                   * for gp->grammar_after: fewer than after_len of them */
+    size_t               after_len, after_n; /* strlen(gp->grammar_after); bytes in after[] */
     int32_t              n_known; /* s->tokens[0..n_known): prompt and tokens sampled so far */
     int32_t              n_prompt, limit;
     double               t0, t_first;
@@ -180,6 +183,44 @@ static long find_stop(const char *text, size_t n, const hx_gen_params *gp, int32
     return best;
 }
 
+/* ---- a lazy grammar's trigger ---- */
+
+/* Whether the trigger occurs in the text tail[0..nt) followed by piece[0..np), where the tail
+ * (the end of the text before) is shorter than the trigger: it may straddle the two. */
+static bool trigger_found(const char *tail, size_t nt, const char *piece, size_t np,
+                          const char *trig, size_t L)
+{
+    for (size_t k = 0; k < nt; k++) { /* starting in the tail, ending in the piece */
+        const size_t m = nt - k;
+        if (m + np >= L && memcmp(tail + k, trig, m) == 0 && memcmp(piece, trig + m, L - m) == 0)
+            return true;
+    }
+    for (size_t i = 0; i + L <= np; i++)
+        if (memcmp(piece + i, trig, L) == 0) return true;
+    return false;
+}
+
+/* Watches the generated text for gp->grammar_after and begins the grammar once it appears. */
+static void watch_trigger(hx_gen *g, const char *piece, size_t np)
+{
+    const size_t L = g->after_len;
+    if (trigger_found(g->after, g->after_n, piece, np, g->gp->grammar_after, L)) {
+        hx_sampler_grammar_begin(g->smp);
+        return;
+    }
+    /* Keep the last L - 1 bytes of the text: a longer tail holds no new straddling start. */
+    const size_t keep = L - 1;
+    if (np >= keep) {
+        memcpy(g->after, piece + np - keep, keep);
+        g->after_n = keep;
+        return;
+    }
+    const size_t old = g->after_n + np > keep ? keep - np : g->after_n;
+    memmove(g->after, g->after + g->after_n - old, old);
+    memcpy(g->after + old, piece, np);
+    g->after_n = old + np;
+}
+
 /* ---- one generation ---- */
 
 hx_status hx_gen_begin(hx_sequence *s, const int32_t *prompt, int32_t n, const hx_gen_params *gp,
@@ -201,7 +242,14 @@ hx_status hx_gen_begin(hx_sequence *s, const int32_t *prompt, int32_t n, const h
     g->limit = gp->max_tokens > 0 ? gp->max_tokens : s->n_ctx - n;
     hx_detok_init(&g->dt, s->tok, 0);
     hx_status st = hx_sampler_init(&gp->sampling, s->m->hp.n_vocab, &g->smp, err);
+    if (st == HX_OK && gp->sampling.grammar && gp->sampling.grammar_lazy && gp->grammar_after) {
+        g->after_len = strlen(gp->grammar_after);
+        if (g->after_len == 0) hx_sampler_grammar_begin(g->smp);
+        else if (!(g->after = hx_alloc(g->after_len)))
+            st = hx_err_set(err, HX_E_NOMEM, "out of memory");
+    }
     if (st != HX_OK) {
+        hx_sampler_free(g->smp);
         hx_detok_free(&g->dt);
         hx_free(g);
         return st;
@@ -275,7 +323,10 @@ static void sample_next(hx_gen *g, float *logits)
         st->first_ms = g->t_first - g->t0;
         st->prompt_ms = st->first_ms;
     }
-    if (!g->gp->ignore_eos && (hx_tokenizer_is_eot(s->tok, tok) || tok == hx_tokenizer_eos(s->tok))) {
+    const bool grammar_end = hx_sampler_grammar_active(g->smp) &&
+                             hx_grammar_vocab_is_end(g->gp->sampling.grammar_vocab, tok);
+    if (grammar_end || (!g->gp->ignore_eos &&
+                        (hx_tokenizer_is_eot(s->tok, tok) || tok == hx_tokenizer_eos(s->tok)))) {
         st->finish = HX_FINISH_STOP;
         g->done = true;
         return;
@@ -299,6 +350,7 @@ static void sample_next(hx_gen *g, float *logits)
     }
     memcpy(g->text + g->text_len, piece, plen);
     g->text_len += plen;
+    if (g->after && !hx_sampler_grammar_active(g->smp)) watch_trigger(g, piece, plen);
     const long at = find_stop(g->text, g->text_len, g->gp, &st->stop_index);
     if (at >= 0) { /* hand over what precedes the stop string, drop the rest */
         st->finish = HX_FINISH_STOP;
@@ -351,6 +403,7 @@ hx_status hx_gen_end(hx_gen *g, hx_gen_stats *stats, hx_err *err)
     if (rc != HX_OK) hx_err_set(err, rc, "%s", g->err.msg);
     if (stats) *stats = *st;
     hx_free(g->text);
+    hx_free(g->after);
     hx_detok_free(&g->dt);
     hx_sampler_free(g->smp);
     hx_free(g);

@@ -24,15 +24,21 @@
 
 typedef struct {
     int32_t            max_tokens;  /* <= 0: until the context is full */
-    hx_sampling        sampling;
+    hx_sampling        sampling;    /* with a grammar: structured output (sampler.h) */
     const char *const *stop;        /* stop strings (borrowed), matched on the decoded text */
     int32_t            n_stop;
-    bool               ignore_eos;
+    bool               ignore_eos;  /* an end token the grammar chose still ends the turn */
     bool               every_token; /* call cb for every token, with len 0 while its text is
                                      * not final yet (so logprobs cover each token) */
     /* Polled between prefill chunks and before every decode step with the callback's user
      * pointer; returning true stops the generation (HX_FINISH_CANCELLED). NULL: never. */
     bool (*cancelled)(void *user);
+    /* With sampling.grammar_lazy: the grammar begins right after the generated text (not the
+     * prompt) first contains this string, e.g. "</think>" (special tokens count with their text;
+     * the string may straddle tokens). It constrains from the next token on: whatever follows
+     * the string in the token that completed it is not checked. NULL: a lazy grammar never
+     * begins. "": it begins before the first token. Borrowed. */
+    const char *grammar_after;
 } hx_gen_params;
 
 typedef enum { HX_FINISH_STOP, HX_FINISH_LENGTH, HX_FINISH_CANCELLED } hx_finish;

@@ -3,7 +3,11 @@
  * Truncation needs the best candidates in order. A full sort of a 150k vocabulary costs more
  * than a decode step of a small model, so candidates are first cut with a bounded selection
  * (the k best, k = top_k or 256) and sorted; only when top-p needs more mass than those hold
- * does it fall back to sorting everything. The generator is xoshiro256** seeded by splitmix64. */
+ * does it fall back to sorting everything. The generator is xoshiro256** seeded by splitmix64.
+ *
+ * A grammar's mask is applied by building the second pass's candidates from the allowed ids only,
+ * which is the chain over logits with the others at -infinity without writing them: the logits
+ * stay the model's, which the log-probabilities need. */
 #include "sample/sampler.h"
 
 #include <math.h>
@@ -27,6 +31,11 @@ struct hx_sampler {
     int32_t    *counts;   /* [n_vocab] occurrences in the window */
     cand       *cands;    /* [n_vocab] */
     uint64_t    rng[4];
+    /* With a grammar: */
+    hx_grammar_state *gs;      /* its recognizer; NULL when restarting it ran out of memory */
+    uint8_t          *allowed; /* [n_vocab] its mask (scratch) */
+    bool              g_active; /* it constrains the next sample */
+    bool              g_moved;  /* gs has advanced since it was started */
 };
 
 hx_sampling hx_sampling_default(void)
@@ -75,6 +84,23 @@ void hx_sampler_reset(hx_sampler *s)
     for (int i = 0; i < 4; i++) s->rng[i] = splitmix(&x);
     memset(s->counts, 0, (size_t)s->n_vocab * sizeof *s->counts);
     s->hist_n = s->hist_pos = 0;
+    if (!s->p.grammar) return;
+    if (s->g_moved || !s->gs) {
+        hx_grammar_state_free(s->gs);
+        s->gs = hx_grammar_start(s->p.grammar); /* NULL: nothing allowed, generation ends */
+        s->g_moved = false;
+    }
+    s->g_active = !s->p.grammar_lazy;
+}
+
+void hx_sampler_grammar_begin(hx_sampler *s)
+{
+    if (s->p.grammar) s->g_active = true;
+}
+
+bool hx_sampler_grammar_active(const hx_sampler *s)
+{
+    return s->g_active;
 }
 
 hx_status hx_sampler_init(const hx_sampling *p, int32_t n_vocab, hx_sampler **out, hx_err *err)
@@ -90,6 +116,11 @@ hx_status hx_sampler_init(const hx_sampling *p, int32_t n_vocab, hx_sampler **ou
         if (p->bias_ids[i] < 0 || p->bias_ids[i] >= n_vocab)
             return hx_err_set(err, HX_E_INVALID, "logit bias for token %d outside the vocabulary "
                               "(%d tokens)", p->bias_ids[i], n_vocab);
+    if (p->grammar && !p->grammar_vocab)
+        return hx_err_set(err, HX_E_INVALID, "a grammar needs the tokenizer's grammar vocab");
+    if (p->grammar && hx_grammar_vocab_n_vocab(p->grammar_vocab) > n_vocab)
+        return hx_err_set(err, HX_E_INVALID, "grammar vocab of %d tokens, expected at most the "
+                          "model's %d", hx_grammar_vocab_n_vocab(p->grammar_vocab), n_vocab);
     hx_sampler *s = hx_calloc(1, sizeof *s);
     if (!s) return hx_err_set(err, HX_E_NOMEM, "out of memory");
     s->p = *p;
@@ -100,7 +131,12 @@ hx_status hx_sampler_init(const hx_sampling *p, int32_t n_vocab, hx_sampler **ou
     s->hist = hx_alloc((size_t)s->hist_cap * sizeof *s->hist);
     s->bias_ids = hx_alloc((size_t)(p->n_bias + 1) * sizeof *s->bias_ids);
     s->bias_values = hx_alloc((size_t)(p->n_bias + 1) * sizeof *s->bias_values);
-    if (!s->counts || !s->cands || !s->hist || !s->bias_ids || !s->bias_values) {
+    if (p->grammar) {
+        s->allowed = hx_alloc((size_t)n_vocab);
+        s->gs = hx_grammar_start(p->grammar); /* made now either way: begin allocates nothing */
+    }
+    if (!s->counts || !s->cands || !s->hist || !s->bias_ids || !s->bias_values ||
+        (p->grammar && (!s->allowed || !s->gs))) {
         hx_sampler_free(s);
         return hx_err_set(err, HX_E_NOMEM, "out of memory");
     }
@@ -123,6 +159,8 @@ void hx_sampler_free(hx_sampler *s)
     hx_free(s->hist);
     hx_free(s->bias_ids);
     hx_free(s->bias_values);
+    hx_grammar_state_free(s->gs);
+    hx_free(s->allowed);
     hx_free(s);
 }
 
@@ -178,6 +216,94 @@ static int32_t select_top(cand *c, int32_t n, int32_t k)
     return k;
 }
 
+/* Top-k, temperature, top-p, min-p and a draw over the candidates cands[0..n_all) (id, logit),
+ * mx being their largest logit (finite). */
+static int32_t draw(hx_sampler *s, int32_t n_all, float mx)
+{
+    const hx_sampling *p = &s->p;
+    cand *c = s->cands;
+    /* Weights relative to the best logit; `total` is the mass of all the candidates. */
+    double total = 0.0;
+    for (int32_t i = 0; i < n_all; i++) total += exp((double)(c[i].v - mx) / p->temperature);
+    /* Truncation: the top_k best (sorted); for top-p the best 256 (sorted) when they hold enough
+     * mass, else all sorted; otherwise all, unsorted (nothing needs the order). */
+    int32_t n = n_all;
+    if (p->top_k > 0) {
+        n = select_top(c, n_all, p->top_k);
+    } else if (p->top_p < 1.0f) {
+        n = select_top(c, n_all, n_all < 256 ? n_all : 256);
+        double kept = 0.0;
+        for (int32_t i = 0; i < n; i++) kept += exp((double)(c[i].v - mx) / p->temperature);
+        if (kept < p->top_p * total) n = select_top(c, n_all, n_all);
+    }
+    for (int32_t i = 0; i < n; i++) c[i].v = (float)exp((double)(c[i].v - mx) / p->temperature);
+    int32_t keep = n;
+    if (p->top_p < 1.0f) {
+        double acc = 0.0;
+        for (int32_t i = 0; i < n; i++) {
+            acc += c[i].v / total;
+            if (acc >= p->top_p) { keep = i + 1; break; }
+        }
+    }
+    if (p->min_p > 0.0f) { /* the best candidate has weight 1 */
+        int32_t k = 0;
+        for (int32_t i = 0; i < keep; i++)
+            if (c[i].v >= p->min_p) c[k++] = c[i];
+        keep = k > 0 ? k : 1;
+    }
+    double sum = 0.0;
+    for (int32_t i = 0; i < keep; i++) sum += c[i].v;
+    double r = next_unit(s->rng) * sum;
+    for (int32_t i = 0; i < keep; i++) {
+        r -= c[i].v;
+        if (r < 0) return c[i].id;
+    }
+    return c[keep - 1].id;
+}
+
+/* Whether the grammar allows token id now; when it does, the grammar advances over its bytes. */
+static bool grammar_takes(hx_sampler *s, int32_t id)
+{
+    const hx_grammar_vocab *v = s->p.grammar_vocab;
+    if (!s->gs || id >= hx_grammar_vocab_n_vocab(v)) return false;
+    if (hx_grammar_vocab_is_end(v, id)) return hx_grammar_done(s->gs);
+    size_t len;
+    const char *bytes = hx_grammar_vocab_token(v, id, &len);
+    if (len == 0 || !hx_grammar_accept_bytes(s->gs, bytes, len)) return false;
+    s->g_moved = true;
+    return true;
+}
+
+/* The grammar refused the drawn token: the chain again over the allowed tokens only (the argmax
+ * at temperature 0, else a draw with the generator's next number), and the grammar advanced over
+ * the result. Nothing allowed: the vocab's first end token (or, in a vocab without one, the
+ * refused token: nothing can fit anyway). */
+static int32_t constrained(hx_sampler *s, const float *logits, int32_t refused)
+{
+    const hx_grammar_vocab *v = s->p.grammar_vocab;
+    const int32_t V = hx_grammar_vocab_n_vocab(v);
+    int32_t n = 0, best = -1;
+    float mx = -INFINITY;
+    if (s->gs && hx_grammar_mask(s->gs, v, s->allowed) == HX_OK)
+        for (int32_t i = 0; i < V; i++) {
+            if (!s->allowed[i]) continue;
+            s->cands[n++] = (cand){i, logits[i]};
+            if (best < 0 || logits[i] > mx) mx = logits[i], best = i;
+        }
+    if (n == 0) {
+        for (int32_t i = 0; i < V; i++)
+            if (hx_grammar_vocab_is_end(v, i)) return i;
+        return refused;
+    }
+    /* Allowed tokens whose logits are all -inf (a bias) have no distribution: take the first. */
+    const int32_t chosen = s->p.temperature > 0.0f && mx > -INFINITY ? draw(s, n, mx) : best;
+    if (!grammar_takes(s, chosen)) { /* the mask allowed it: only out of memory gets here */
+        hx_grammar_state_free(s->gs);
+        s->gs = NULL; /* nothing is allowed from now on, so generation ends */
+    }
+    return chosen;
+}
+
 int32_t hx_sampler_sample(hx_sampler *s, float *logits, hx_token_logprobs *lp)
 {
     const hx_sampling *p = &s->p;
@@ -205,55 +331,8 @@ int32_t hx_sampler_sample(hx_sampler *s, float *logits, hx_token_logprobs *lp)
     for (int32_t i = 0; i < V; i++) z += exp((double)(logits[i] - mx));
     const float log_z = mx + (float)log(z);
 
-    int32_t chosen = best;
-    if (p->temperature > 0.0f) {
-        /* Candidates: the top_k best (sorted); for top-p the best 256 (sorted) when they hold
-         * enough mass, else all sorted; otherwise all, unsorted (nothing needs the order). */
-        int32_t n = V;
-        for (int32_t i = 0; i < V; i++) s->cands[i] = (cand){i, logits[i]};
-        if (p->top_k > 0) {
-            n = select_top(s->cands, V, p->top_k);
-        } else if (p->top_p < 1.0f) {
-            n = select_top(s->cands, V, V < 256 ? V : 256);
-            double kept = 0.0, all = 0.0;
-            for (int32_t i = 0; i < n; i++) kept += exp((double)(s->cands[i].v - mx) / p->temperature);
-            for (int32_t i = 0; i < V; i++) all += exp((double)(logits[i] - mx) / p->temperature);
-            if (kept < p->top_p * all) {
-                for (int32_t i = 0; i < V; i++) s->cands[i] = (cand){i, logits[i]};
-                n = select_top(s->cands, V, V);
-            }
-        }
-        /* Weights relative to the best logit; `total` is the mass of the whole vocabulary. */
-        double total = 0.0;
-        for (int32_t i = 0; i < V; i++) total += exp((double)(logits[i] - mx) / p->temperature);
-        for (int32_t i = 0; i < n; i++)
-            s->cands[i].v = (float)exp((double)(s->cands[i].v - mx) / p->temperature);
-        int32_t keep = n;
-        if (p->top_p < 1.0f) {
-            double acc = 0.0;
-            for (int32_t i = 0; i < n; i++) {
-                acc += s->cands[i].v / total;
-                if (acc >= p->top_p) { keep = i + 1; break; }
-            }
-        }
-        if (p->min_p > 0.0f) { /* the best candidate has weight 1 */
-            int32_t k = 0;
-            for (int32_t i = 0; i < keep; i++)
-                if (s->cands[i].v >= p->min_p) s->cands[k++] = s->cands[i];
-            keep = k > 0 ? k : 1;
-        }
-        double sum = 0.0;
-        for (int32_t i = 0; i < keep; i++) sum += s->cands[i].v;
-        double r = next_unit(s->rng) * sum;
-        chosen = s->cands[keep - 1].id;
-        for (int32_t i = 0; i < keep; i++) {
-            r -= s->cands[i].v;
-            if (r < 0) { chosen = s->cands[i].id; break; }
-        }
-    }
+    /* The alternatives first: the chain below reuses cands. */
     if (lp) {
-        lp->token = chosen;
-        lp->logprob = logits[chosen] - log_z;
         lp->n_top = p->n_logprobs;
         if (p->n_logprobs > 0) {
             for (int32_t i = 0; i < V; i++) s->cands[i] = (cand){i, logits[i]};
@@ -263,6 +342,16 @@ int32_t hx_sampler_sample(hx_sampler *s, float *logits, hx_token_logprobs *lp)
                 lp->top_logprobs[i] = s->cands[i].v - log_z;
             }
         }
+    }
+    int32_t chosen = best;
+    if (p->temperature > 0.0f) {
+        for (int32_t i = 0; i < V; i++) s->cands[i] = (cand){i, logits[i]};
+        chosen = draw(s, V, mx);
+    }
+    if (s->g_active && !grammar_takes(s, chosen)) chosen = constrained(s, logits, chosen);
+    if (lp) {
+        lp->token = chosen;
+        lp->logprob = logits[chosen] - log_z;
     }
     return chosen;
 }

@@ -4,7 +4,23 @@
  * penalty_last_n tokens of the sequence (prompt included), then either argmax (temperature 0)
  * or top-k, temperature, softmax, top-p, min-p and a draw from a seeded generator. The same
  * seed, logits and settings always give the same token. Log-probabilities are those of the
- * biased and penalized logits at temperature 1 (what the model assigns, before truncation).
+ * biased and penalized logits at temperature 1 (what the model assigns, before truncation and
+ * before any grammar mask).
+ *
+ * Structured output: with a grammar (sample/grammar.h) the token returned is always one the
+ * grammar allows: a token whose bytes it accepts, or an end token exactly when the text so far is
+ * a complete sentence. Masking the whole vocabulary every step would cost more than a small
+ * model's decode step, so the chain runs first as if unconstrained and only the drawn token is
+ * checked; only when the grammar refuses it is the mask computed, and the chain runs again over
+ * the allowed tokens A only (truncation included) with the generator's next number: rejection
+ * with a fallback. What that gives, for x in A: at temperature 0, the argmax over A. Otherwise,
+ * with q the chain's distribution over the whole vocabulary and q' the chain's over A,
+ * P(x) = q(x) + (1 - q(A)) q'(x). With top-k, top-p and min-p off, q'(x) = q(x) / q(A), so P is
+ * exactly the model's distribution renormalized over A. With truncation it is a mixture that
+ * leans towards the allowed tokens the unconstrained truncation kept. When nothing at all is
+ * allowed (a grammar that dead-ends, or out of memory), the vocab's first end token (lowest id)
+ * is returned so that generation ends; a vocab without end tokens gets the refused draw.
+ *
  * A sampler belongs to one sequence and one thread at a time. */
 #ifndef HX_SAMPLE_SAMPLER_H
 #define HX_SAMPLE_SAMPLER_H
@@ -12,6 +28,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "sample/grammar.h"
 
 typedef struct {
     float          temperature;       /* 0: greedy */
@@ -27,6 +44,10 @@ typedef struct {
     const int32_t *bias_ids;          /* logit bias: added to the logits of these ids */
     const float   *bias_values;
     int32_t        n_bias;
+    const hx_grammar       *grammar;       /* NULL: unconstrained; borrowed, must outlive the
+                                            * sampler (an hx_completion holds a reference) */
+    const hx_grammar_vocab *grammar_vocab; /* the tokenizer's, required with grammar; borrowed */
+    bool                    grammar_lazy;  /* the grammar starts only at hx_sampler_grammar_begin */
 } hx_sampling;
 
 /* temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, penalties off, window 64, seed 0. */
@@ -55,19 +76,34 @@ typedef struct {
 
 typedef struct hx_sampler hx_sampler;
 
-/* Copies params (bias arrays included). HX_E_INVALID names a setting out of range. */
+/* Copies params (bias arrays included; the grammar and its vocab are borrowed). With a grammar
+ * it starts its recognizer, active at once unless grammar_lazy. HX_E_INVALID names a setting out
+ * of range, a grammar without grammar_vocab, or a grammar vocab larger than n_vocab (a smaller one
+ * is fine: the model's padding ids past it are never allowed). HX_E_NOMEM. */
 hx_status hx_sampler_init(const hx_sampling *params, int32_t n_vocab, hx_sampler **out,
                           hx_err *err);
 void      hx_sampler_free(hx_sampler *s); /* accepts NULL */
 
 /* Adds a token to the history the penalties see (prompt tokens and generated ones). */
 void hx_sampler_accept(hx_sampler *s, int32_t token);
-/* Forgets the history (a new sequence) and re-seeds the generator. */
+/* Forgets the history (a new sequence), re-seeds the generator and restarts the grammar at its
+ * root (inactive again when lazy). Restarting a grammar that had advanced allocates; out of
+ * memory there leaves it with nothing allowed, so the next constrained sample ends generation. */
 void hx_sampler_reset(hx_sampler *s);
 
-/* Picks the next token from logits[n_vocab] (modified in place). When lp is not NULL it receives
- * the chosen token's log-probability and the n_logprobs best alternatives. Does not accept the
- * token: call hx_sampler_accept once it is kept. */
+/* Makes a lazy grammar constrain the tokens from the next sample on, from its root (no-op when
+ * already active or when there is no grammar). Allocates nothing: the recognizer was made at
+ * init. */
+void hx_sampler_grammar_begin(hx_sampler *s);
+/* The grammar constrains the next sample. */
+bool hx_sampler_grammar_active(const hx_sampler *s);
+
+/* Picks the next token from logits[n_vocab] (bias and penalties are applied in place). When lp
+ * is not NULL it receives the chosen token's log-probability and the n_logprobs best
+ * alternatives (of the model, before the grammar's mask). Does not add the token to the penalty
+ * history: call hx_sampler_accept once it is kept. With an active grammar, though, the token
+ * returned is considered kept: its bytes advance the grammar here (an end token leaves the
+ * grammar where it is). */
 int32_t hx_sampler_sample(hx_sampler *s, float *logits, hx_token_logprobs *lp);
 
 #endif

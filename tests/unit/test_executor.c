@@ -1,7 +1,9 @@
 /* test_executor.c - the engine thread's FIFO of completions: events in order with DONE last, a
- * full queue refused, cancellation of queued and running jobs, shutdown. Runs the starter model
- * (SmolLM2-135M) for a few tokens; skips with a message when it is not installed. */
+ * full queue refused, cancellation of queued and running jobs, shutdown, and grammar-constrained
+ * completions. Runs the starter model (SmolLM2-135M) for a few tokens; skips with a message when
+ * it is not installed. */
 #define _POSIX_C_SOURCE 200809L
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,7 @@
 #include "check.h"
 #include "engine/executor.h"
 #include "engine/model_load.h"
+#include "sample/json_schema.h"
 
 typedef struct {
     hx_loaded_model m;
@@ -355,6 +358,149 @@ static int test_prefix_cache_serves_a_repeated_prompt(void)
     return 0;
 }
 
+/* ---- structured output ---- */
+
+/* A chat prompt the starter model answers in prose when free. */
+static const char k_capital[] =
+    "<|im_start|>user\nWhat is the capital of France? Answer in one sentence, then give a JSON "
+    "object with the key capital.<|im_end|>\n<|im_start|>assistant\n";
+
+/* A greedy completion of the chat prompt (special tokens parsed), ending at the end of the turn;
+ * with g (a reference handed to the completion) constrained by it over v. */
+static hx_completion *chat_completion(const rig *r, const char *text, int32_t max_tokens,
+                                      hx_grammar *g, const hx_grammar_vocab *v)
+{
+    hx_completion *c = hx_completion_new();
+    hx_tok_ids ids = {0};
+    hx_err err = {0};
+    HX_ASSERT(c && hx_tokenizer_encode(r->m.tok, text, strlen(text), HX_TOK_PARSE_SPECIAL, &ids,
+                                       &err) == HX_OK);
+    c->prompt = hx_arena_alloc(&c->arena, ids.n * sizeof(int32_t), 0);
+    memcpy(c->prompt, ids.ids, ids.n * sizeof(int32_t));
+    c->n_prompt = (int32_t)ids.n;
+    hx_tok_ids_free(&ids);
+    c->gp.max_tokens = max_tokens;
+    c->gp.sampling.temperature = 0;
+    c->grammar = g;
+    c->gp.sampling.grammar = g;
+    c->gp.sampling.grammar_vocab = v;
+    return c;
+}
+
+/* Runs c to the end; its DONE event, and the text in text[cap]. */
+static hx_event run_one(rig *r, hx_completion *c, char *text, size_t cap)
+{
+    hx_job *j = NULL;
+    hx_err err = {0};
+    text[0] = '\0';
+    if (hx_executor_submit(r->ex, c, &j, &err) != HX_OK) return (hx_event){.status = HX_E_INVALID};
+    int n;
+    const hx_event done = read_all(j, &n, text, cap);
+    hx_job_release(j);
+    return done;
+}
+
+static int check_json_object(const char *text)
+{
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    if (!j) CHECK_FAIL("not JSON (%s): %s", je.text, text);
+    CHECK(json_is_object(j));
+    json_decref(j);
+    return 0;
+}
+
+/* An executor running two jobs at once, the JSON-object grammar and the starter model's vocab;
+ * false (after a skip line) without the model. */
+static bool json_rig(rig *r, hx_grammar **g, hx_grammar_vocab **v)
+{
+    const hx_executor_params p = {.n_ctx = 256, .n_batch = 2, .max_queue = 4};
+    if (!rig_open_with(r, &p)) return false;
+    hx_err err = {0};
+    const char *text = hx_json_object_grammar();
+    HX_ASSERT(hx_grammar_compile(text, strlen(text), g, &err) == HX_OK);
+    HX_ASSERT(hx_grammar_vocab_from_tokenizer(r->m.tok, v, &err) == HX_OK);
+    return true;
+}
+
+static int test_json_grammar_makes_greedy_output_a_json_object(void)
+{
+    rig r;
+    hx_grammar *g;
+    hx_grammar_vocab *v;
+    if (!json_rig(&r, &g, &v)) return 0;
+    static char free_text[8192], text[8192], both[2][8192];
+    hx_event done = run_one(&r, chat_completion(&r, k_capital, 200, NULL, NULL), free_text,
+                            sizeof free_text);
+    CHECK_EQ(done.status, HX_OK);
+    printf("free: %s\n", free_text);
+    CHECK(json_loads(free_text, 0, NULL) == NULL); /* prose: the grammar is what makes it JSON */
+    done = run_one(&r, chat_completion(&r, k_capital, 200, hx_grammar_retain(g), v), text,
+                   sizeof text);
+    printf("json: %s\n", text);
+    CHECK_EQ(done.status, HX_OK);
+    CHECK_EQ(done.stats.finish, HX_FINISH_STOP);
+    CHECK_EQ(check_json_object(text), 0);
+    /* A constrained and a free request in one batch: each as it is alone. */
+    hx_executor_stats st;
+    hx_executor_stats_get(r.ex, &st);
+    const int64_t steps_alone = st.n_steps;
+    hx_job *j[2] = {NULL, NULL};
+    hx_err err = {0};
+    CHECK_EQ(hx_executor_submit(r.ex, chat_completion(&r, k_capital, 200, g, v), &j[0], &err),
+             HX_OK);
+    CHECK_EQ(hx_executor_submit(r.ex, chat_completion(&r, k_capital, 200, NULL, NULL), &j[1],
+                                &err), HX_OK);
+    for (int k = 0; k < 2; k++) {
+        int n;
+        CHECK_EQ(read_all(j[k], &n, both[k], sizeof both[k]).status, HX_OK);
+        hx_job_release(j[k]);
+    }
+    CHECK_STR(both[0], text);
+    CHECK_STR(both[1], free_text);
+    hx_executor_stats_get(r.ex, &st);
+    CHECK(st.n_steps - steps_alone < steps_alone); /* they shared steps */
+    rig_free(&r);
+    hx_grammar_vocab_free(v);
+    return 0;
+}
+
+static int test_grammar_after_begins_the_grammar_after_the_trigger(void)
+{
+    rig r;
+    hx_grammar *g;
+    hx_grammar_vocab *v;
+    if (!json_rig(&r, &g, &v)) return 0;
+    /* The trigger: the free answer's first three tokens, so it straddles tokens and ends where
+     * a token ends. */
+    static char trigger[256], free_text[8192], text[8192];
+    hx_event done = run_one(&r, chat_completion(&r, k_capital, 3, NULL, NULL), trigger,
+                            sizeof trigger);
+    CHECK(done.status == HX_OK && strlen(trigger) > 3);
+    done = run_one(&r, chat_completion(&r, k_capital, 60, NULL, NULL), free_text,
+                   sizeof free_text);
+    CHECK_EQ(done.status, HX_OK);
+    /* Lazy without a trigger: the grammar never begins. */
+    hx_completion *c = chat_completion(&r, k_capital, 60, hx_grammar_retain(g), v);
+    c->gp.sampling.grammar_lazy = true;
+    done = run_one(&r, c, text, sizeof text);
+    CHECK_EQ(done.status, HX_OK);
+    CHECK_STR(text, free_text);
+    /* Lazy after the trigger: the same text up to it, then a JSON object. */
+    c = chat_completion(&r, k_capital, 200, g, v);
+    c->gp.sampling.grammar_lazy = true;
+    c->gp.grammar_after = trigger; /* outlives the job */
+    done = run_one(&r, c, text, sizeof text);
+    printf("trigger '%s', output: %s\n", trigger, text);
+    CHECK_EQ(done.status, HX_OK);
+    CHECK_EQ(done.stats.finish, HX_FINISH_STOP);
+    CHECK(strncmp(text, trigger, strlen(trigger)) == 0);
+    CHECK_EQ(check_json_object(text + strlen(trigger)), 0);
+    rig_free(&r);
+    hx_grammar_vocab_free(v);
+    return 0;
+}
+
 static const check_case cases[] = {
     {"events_arrive_in_order_and_done_is_last", test_events_arrive_in_order_and_done_is_last},
     {"full_queue_is_busy", test_full_queue_is_busy},
@@ -365,5 +511,7 @@ static const check_case cases[] = {
     {"preempted_jobs_lose_and_repeat_nothing", test_preempted_jobs_lose_and_repeat_nothing},
     {"long_prompt_does_not_stall_a_running_job", test_long_prompt_does_not_stall_a_running_job},
     {"prefix_cache_serves_a_repeated_prompt", test_prefix_cache_serves_a_repeated_prompt},
+    {"json_grammar_makes_greedy_output_a_json_object", test_json_grammar_makes_greedy_output_a_json_object},
+    {"grammar_after_begins_the_grammar_after_the_trigger", test_grammar_after_begins_the_grammar_after_the_trigger},
 };
 CHECK_MAIN(cases)

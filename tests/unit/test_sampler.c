@@ -1,4 +1,6 @@
-/* test_sampler.c - the sampler chain: greedy, seeds, truncation, penalties, bias, logprobs. */
+/* test_sampler.c - the sampler chain: greedy, seeds, truncation, penalties, bias, logprobs, and
+ * grammar-constrained sampling over a hand-made vocabulary. */
+#include "base/alloc.h"
 #include "check.h"
 #include "sample/sampler.h"
 
@@ -162,6 +164,256 @@ static int test_bad_settings_are_invalid(void)
     return 0;
 }
 
+/* ---- grammar-constrained sampling ---- */
+
+/* A hand-made vocabulary: words, pieces of them, and two end tokens (7 and 9, given as 9, 7). */
+enum { GV = 10, END_A = 7, END_B = 9 };
+static const char *const k_tok[GV] = {"yes", "no", "y", "es", "n", "o", "maybe", "", "x", ""};
+
+typedef struct {
+    hx_grammar       *g;
+    hx_grammar_vocab *v;
+} gram;
+
+static int gram_open(gram *gr, const char *text)
+{
+    size_t lens[GV];
+    for (int i = 0; i < GV; i++) lens[i] = strlen(k_tok[i]);
+    const int32_t ends[2] = {END_B, END_A};
+    hx_err err = {0};
+    CHECK_EQ(hx_grammar_compile(text, strlen(text), &gr->g, &err), HX_OK);
+    CHECK_EQ(hx_grammar_vocab_init(k_tok, lens, GV, ends, 2, &gr->v, &err), HX_OK);
+    return 0;
+}
+
+static void gram_close(gram *gr)
+{
+    hx_grammar_free(gr->g);
+    hx_grammar_vocab_free(gr->v);
+}
+
+/* Plain sampling (no truncation, no penalties) under the grammar. */
+static hx_sampling gram_sampling(const gram *gr, float temperature)
+{
+    hx_sampling p = hx_sampling_default();
+    p.temperature = temperature, p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f;
+    p.grammar = gr->g;
+    p.grammar_vocab = gr->v;
+    return p;
+}
+
+static int32_t sample_copy(hx_sampler *s, const float *l, hx_token_logprobs *lp)
+{
+    float c[GV + 2];
+    memcpy(c, l, sizeof c);
+    return hx_sampler_sample(s, c, lp);
+}
+
+static const char k_yes_no[] = "root ::= \"yes\" | \"no\"";
+
+static int test_grammar_greedy_picks_the_best_allowed_token(void)
+{
+    gram gr;
+    CHECK_EQ(gram_open(&gr, k_yes_no), 0);
+    hx_sampling p = gram_sampling(&gr, 0);
+    p.n_logprobs = 2;
+    hx_sampler *s = NULL;
+    hx_err err = {0};
+    CHECK_EQ(hx_sampler_init(&p, GV, &s, &err), HX_OK);
+    CHECK(hx_sampler_grammar_active(s));
+    /*                 yes  no    y    es   n    o    maybe end  x    end */
+    float l[GV + 2] = {4.f, 5.f, 3.f, 7.f, 2.f, 1.f, 9.f, 6.f, 8.f, 6.f};
+    hx_token_logprobs lp;
+    CHECK_EQ(sample_copy(s, l, &lp), 1); /* "no": the end tokens are not allowed yet */
+    double z = 0;
+    for (int i = 0; i < GV; i++) z += exp(l[i]);
+    CHECK_NEAR(lp.logprob, 5.0 - log(z), 1e-5); /* the model's, before the mask */
+    CHECK_EQ(lp.top_ids[0], 6);
+    CHECK_EQ(lp.top_ids[1], 8);
+    /* "no" is complete and nothing can follow: only the end tokens are allowed, the best wins */
+    CHECK_EQ(sample_copy(s, l, NULL), END_A);
+    l[END_B] = 6.5f;
+    CHECK_EQ(sample_copy(s, l, NULL), END_B);
+    hx_sampler_free(s);
+    gram_close(&gr);
+    return 0;
+}
+
+/* Draws one token with each seed 1..n from logits l; counts per id. */
+static int count_draws(hx_sampling p, const float *l, int n, int *hits)
+{
+    memset(hits, 0, GV * sizeof *hits);
+    for (int i = 0; i < n; i++) {
+        p.seed = (uint64_t)i + 1;
+        hx_sampler *s = NULL;
+        hx_err err = {0};
+        CHECK_EQ(hx_sampler_init(&p, GV, &s, &err), HX_OK);
+        hits[sample_copy(s, l, NULL)]++;
+        hx_sampler_free(s);
+    }
+    return 0;
+}
+
+/* Pearson's chi-square of hits against want[] (probabilities), over the ids with want > 0;
+ * the ids with want == 0 must never be drawn. */
+static int check_chi2(const int *hits, const double *want, int n, double limit)
+{
+    double chi2 = 0;
+    for (int i = 0; i < GV; i++) {
+        if (want[i] == 0) {
+            if (hits[i])
+                CHECK_FAIL("token %d (%s) drawn %d times, never allowed", i, k_tok[i], hits[i]);
+            continue;
+        }
+        const double e = want[i] * n;
+        chi2 += (hits[i] - e) * (hits[i] - e) / e;
+    }
+    printf("chi-square %.2f (limit %.2f)\n", chi2, limit);
+    CHECK(chi2 < limit);
+    return 0;
+}
+
+/* Without truncation the fallback gives exactly the model's distribution renormalized over the
+ * allowed tokens; with top-k it gives the mixture the header states. */
+static int test_grammar_draws_follow_the_renormalized_distribution(void)
+{
+    gram gr;
+    CHECK_EQ(gram_open(&gr, k_yes_no), 0);
+    hx_sampling p = gram_sampling(&gr, 1.0f);
+    /*                 yes  no    y     es    n    o     maybe end   x     end */
+    float l[GV + 2] = {2.f, 1.f, 0.5f, 1.5f, 0.f, -1.f, 2.5f, -1.f, -2.f, -1.f};
+    const int allowed[] = {0, 1, 2, 4}; /* at the start: "yes", "no", "y", "n" */
+    enum { N = 20000 };
+    int hits[GV];
+    double want[GV] = {0}, za = 0;
+    for (int k = 0; k < 4; k++) za += exp(l[allowed[k]]);
+    for (int k = 0; k < 4; k++) want[allowed[k]] = exp(l[allowed[k]]) / za;
+    CHECK_EQ(count_draws(p, l, N, hits), 0);
+    CHECK_EQ(check_chi2(hits, want, N, 16.27), 0); /* 3 degrees of freedom, p = 0.001 */
+
+    /* top_k 3: q keeps maybe, yes, es (only "yes" allowed); q' keeps yes, no, y. */
+    p.top_k = 3;
+    const double zq = exp(2.5) + exp(2.0) + exp(1.5), q_yes = exp(2.0) / zq;
+    const double zq2 = exp(2.0) + exp(1.0) + exp(0.5);
+    memset(want, 0, sizeof want);
+    want[0] = q_yes + (1 - q_yes) * exp(2.0) / zq2;
+    want[1] = (1 - q_yes) * exp(1.0) / zq2;
+    want[2] = (1 - q_yes) * exp(0.5) / zq2;
+    CHECK_EQ(count_draws(p, l, N, hits), 0);
+    CHECK_EQ(check_chi2(hits, want, N, 13.82), 0); /* 2 degrees of freedom, p = 0.001 */
+    gram_close(&gr);
+    return 0;
+}
+
+static int test_grammar_end_token_is_allowed_only_when_done(void)
+{
+    gram gr;
+    CHECK_EQ(gram_open(&gr, k_yes_no), 0);
+    hx_sampling p = gram_sampling(&gr, 0);
+    hx_sampler *s = NULL;
+    hx_err err = {0};
+    CHECK_EQ(hx_sampler_init(&p, GV, &s, &err), HX_OK);
+    /*                 yes   no    y    es    n    o    maybe end   x    end */
+    float l[GV + 2] = {-9.f, -9.f, 5.f, -5.f, 1.f, 1.f, 1.f, 10.f, 1.f, 10.f};
+    CHECK_EQ(sample_copy(s, l, NULL), 2);     /* "y" */
+    CHECK_EQ(sample_copy(s, l, NULL), 3);     /* "es", the only way on, however unlikely */
+    CHECK_EQ(sample_copy(s, l, NULL), END_A); /* "yes" is done */
+    hx_sampler_free(s);
+    gram_close(&gr);
+    return 0;
+}
+
+static int test_lazy_grammar_is_inactive_until_begin(void)
+{
+    gram gr;
+    CHECK_EQ(gram_open(&gr, k_yes_no), 0);
+    hx_sampling p = gram_sampling(&gr, 0);
+    p.grammar_lazy = true;
+    hx_sampler *s = NULL;
+    hx_err err = {0};
+    CHECK_EQ(hx_sampler_init(&p, GV, &s, &err), HX_OK);
+    /*                 yes  no    y    es   n    o    maybe end  x    end */
+    float l[GV + 2] = {4.f, 5.f, 3.f, 7.f, 2.f, 1.f, 9.f, 6.f, 8.f, 6.f};
+    CHECK(!hx_sampler_grammar_active(s));
+    CHECK_EQ(sample_copy(s, l, NULL), 6); /* unconstrained */
+    hx_sampler_grammar_begin(s);
+    CHECK(hx_sampler_grammar_active(s));
+    CHECK_EQ(sample_copy(s, l, NULL), 1);
+    hx_sampler_grammar_begin(s); /* already active: nothing changes */
+    CHECK_EQ(sample_copy(s, l, NULL), END_A);
+    hx_sampler_reset(s); /* inactive again, and the grammar back at its root */
+    CHECK(!hx_sampler_grammar_active(s));
+    CHECK_EQ(sample_copy(s, l, NULL), 6);
+    hx_sampler_grammar_begin(s);
+    CHECK_EQ(sample_copy(s, l, NULL), 1);
+    hx_sampler_free(s);
+    /* without a grammar, begin does nothing */
+    hx_sampling plain = hx_sampling_default();
+    CHECK_EQ(hx_sampler_init(&plain, GV, &s, &err), HX_OK);
+    hx_sampler_grammar_begin(s);
+    CHECK(!hx_sampler_grammar_active(s));
+    hx_sampler_free(s);
+    gram_close(&gr);
+    return 0;
+}
+
+static int test_grammar_references_are_counted(void)
+{
+    const size_t live = hx_alloc_live_bytes();
+    hx_grammar *g = NULL;
+    hx_err err = {0};
+    CHECK_EQ(hx_grammar_compile(k_yes_no, strlen(k_yes_no), &g, &err), HX_OK);
+    CHECK(hx_grammar_retain(g) == g);
+    hx_grammar_free(g); /* one reference left: still usable */
+    hx_grammar_state *st = hx_grammar_start(g);
+    CHECK(st && hx_grammar_accept_bytes(st, "yes", 3) && hx_grammar_done(st));
+    hx_grammar_state_free(st);
+    CHECK(hx_alloc_live_bytes() > live);
+    hx_grammar_free(g); /* the last one frees */
+    CHECK_EQ(hx_alloc_live_bytes(), live);
+    return 0;
+}
+
+static int test_dead_grammar_ends_with_the_first_end_token(void)
+{
+    gram gr;
+    CHECK_EQ(gram_open(&gr, "root ::= \"z\""), 0); /* no token starts with z */
+    float l[GV + 2] = {4.f, 5.f, 3.f, 7.f, 2.f, 1.f, 9.f, 6.f, 8.f, 6.5f};
+    for (int t = 0; t < 2; t++) {
+        hx_sampling p = gram_sampling(&gr, t ? 1.0f : 0.0f);
+        hx_sampler *s = NULL;
+        hx_err err = {0};
+        CHECK_EQ(hx_sampler_init(&p, GV, &s, &err), HX_OK);
+        CHECK_EQ(sample_copy(s, l, NULL), END_A); /* the lowest end id, whatever the logits */
+        hx_sampler_free(s);
+    }
+    gram_close(&gr);
+    return 0;
+}
+
+static int test_grammar_settings_are_checked(void)
+{
+    gram gr;
+    CHECK_EQ(gram_open(&gr, k_yes_no), 0);
+    hx_sampling p = gram_sampling(&gr, 0);
+    hx_sampler *s = NULL;
+    hx_err err = {0};
+    p.grammar_vocab = NULL;
+    CHECK_EQ(hx_sampler_init(&p, GV, &s, &err), HX_E_INVALID);
+    CHECK_CONTAINS(err.msg, "grammar vocab");
+    p.grammar_vocab = gr.v;
+    err = (hx_err){0};
+    CHECK_EQ(hx_sampler_init(&p, GV - 2, &s, &err), HX_E_INVALID);
+    CHECK_CONTAINS(err.msg, "grammar vocab of 10 tokens");
+    /* a model with padding ids past the vocab: they are never allowed */
+    CHECK_EQ(hx_sampler_init(&p, GV + 2, &s, &err), HX_OK);
+    float l[GV + 2] = {4.f, 5.f, 3.f, 7.f, 2.f, 1.f, 9.f, 6.f, 8.f, 6.f, 20.f, 30.f};
+    CHECK_EQ(sample_copy(s, l, NULL), 1);
+    hx_sampler_free(s);
+    gram_close(&gr);
+    return 0;
+}
+
 static const check_case cases[] = {
     { "temperature_zero_is_argmax", test_temperature_zero_is_argmax },
     { "same_seed_same_tokens_other_seed_differs", test_same_seed_same_tokens_other_seed_differs },
@@ -170,5 +422,12 @@ static const check_case cases[] = {
     { "penalties_and_bias", test_penalties_and_bias },
     { "logprobs_report_the_model_distribution", test_logprobs_report_the_model_distribution },
     { "bad_settings_are_invalid", test_bad_settings_are_invalid },
+    { "grammar_greedy_picks_the_best_allowed_token", test_grammar_greedy_picks_the_best_allowed_token },
+    { "grammar_draws_follow_the_renormalized_distribution", test_grammar_draws_follow_the_renormalized_distribution },
+    { "grammar_end_token_is_allowed_only_when_done", test_grammar_end_token_is_allowed_only_when_done },
+    { "lazy_grammar_is_inactive_until_begin", test_lazy_grammar_is_inactive_until_begin },
+    { "grammar_references_are_counted", test_grammar_references_are_counted },
+    { "dead_grammar_ends_with_the_first_end_token", test_dead_grammar_ends_with_the_first_end_token },
+    { "grammar_settings_are_checked", test_grammar_settings_are_checked },
 };
 CHECK_MAIN(cases)
