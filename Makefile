@@ -72,6 +72,7 @@ bench: build starter-model test-deps
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/engine_bench.py --threads 2 --runs 5
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/server_bench.py --threads 2 --runs 5
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/batch_bench.py --threads 2
+	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/agent_bench.py --threads 2 --runs 5
 	@[ -f $(BUILD)/llama-3.2-1b-q4_0.gguf ] || \
 	    $(PY) bench/gen_shaped_gguf.py $(BUILD)/llama-3.2-1b-q4_0.gguf --shape llama-3.2-1b
 	HEARTH_BUILD=$(abspath $(BUILD)) $(PY) bench/engine_bench.py --threads 2 --runs 3 \

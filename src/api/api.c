@@ -81,7 +81,8 @@ HX_API hx_status hx_model_apply_template(hx_model *m, const char *messages_json,
     }
     hx_err err = {0};
     char *text = NULL;
-    hx_status st = hx_chat_render(m->tpl, m->tok, msgs, add_generation_prompt, &text, NULL, &err);
+    hx_status st =
+        hx_chat_render(m->tpl, m->tok, msgs, NULL, add_generation_prompt, &text, NULL, &err);
     json_decref(msgs);
     if (st == HX_OK) *out = text;
     return st;

@@ -145,7 +145,7 @@ static hx_status prompt_ids(const loaded *l, json_t *messages, bool raw, hx_tok_
     }
     char *text = NULL;
     size_t len = 0;
-    hx_status st = hx_chat_render(l->m.tpl, l->m.tok, messages, true, &text, &len, err);
+    hx_status st = hx_chat_render(l->m.tpl, l->m.tok, messages, NULL, true, &text, &len, err);
     if (st == HX_OK) st = hx_tokenizer_encode(l->m.tok, text, len, HX_TOK_PARSE_SPECIAL, ids, err);
     hx_free(text);
     return st;

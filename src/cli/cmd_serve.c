@@ -36,6 +36,9 @@ static void usage(void)
             "  --threads N       CPU threads (default: physical cores)\n"
             "  --temp T --top-k K --top-p P --min-p P --seed S\n"
             "                    sampling defaults for requests (over the model's own)\n"
+            "  --chat-template-file F  a Jinja chat template to use instead of the model's\n"
+            "  --thinking on|off whether thinking models think when a request does not say\n"
+            "                    (default: the chat template's own default)\n"
             "  --int8            faster, less exact int8 activations (see hearth run --help)\n"
             "  --quiet           no per-request log lines\n",
             STARTER_MODEL);
@@ -118,6 +121,14 @@ int hx_cmd_serve(int argc, char **argv)
                 fprintf(stderr, "hearth serve: %s\n", e.msg);
                 return 2;
             }
+        }
+        else if (strcmp(a, "--chat-template-file") == 0) o.chat_template_file = v;
+        else if (strcmp(a, "--thinking") == 0) {
+            if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
+                fprintf(stderr, "hearth serve: --thinking wants on or off, got '%s'\n", v);
+                return 2;
+            }
+            o.thinking = strcmp(v, "on") == 0;
         }
         else if (strcmp(a, "--prompt-cache") == 0) { if (!gb_arg(a, v, &o.prompt_cache_gb)) return 2; }
         else if (strcmp(a, "--memory-budget") == 0) {

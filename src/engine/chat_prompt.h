@@ -11,9 +11,12 @@
 #include "template/jinja.h"
 #include "tokenizer/tokenizer.h"
 
-/* Renders messages (a JSON array, borrowed) through tpl. On success *out is a new hx_alloc'd
- * string (hx_free) of *len bytes. HX_E_INVALID for messages the template rejects. */
+/* Renders messages (a JSON array, borrowed) through tpl. extra (an object, borrowed, may be
+ * NULL) adds variables to the template's context: tools, enable_thinking, any
+ * chat_template_kwargs. On success *out is a new hx_alloc'd string (hx_free) of *len bytes.
+ * HX_E_INVALID for messages the template rejects. */
 hx_status hx_chat_render(const hx_template *tpl, const hx_tokenizer *tok, json_t *messages,
-                         bool add_generation_prompt, char **out, size_t *len, hx_err *err);
+                         json_t *extra, bool add_generation_prompt, char **out, size_t *len,
+                         hx_err *err);
 
 #endif

@@ -1,13 +1,15 @@
 /* anthropic.c - the Anthropic Messages API: /v1/messages and /v1/messages/count_tokens.
  *
- * Parses a Messages request (system, alternating user/assistant turns of text blocks, a final
- * assistant turn as the start of the reply, stop_sequences, sampling) into a prepared completion
- * and formats the reply as a "message" object or as the SSE grammar the SDKs parse:
- *   message_start, content_block_start, ping, content_block_delta*, content_block_stop,
- *   message_delta (stop_reason, stop_sequence, cumulative usage), message_stop
+ * Parses a Messages request (system, user/assistant turns of text, tool_use, tool_result and
+ * thinking blocks, a final assistant turn as the start of the reply, stop_sequences, sampling,
+ * tools and tool_choice, thinking) into a prepared completion and formats the reply as a
+ * "message" object (thinking, text and tool_use blocks) or as the SSE grammar the SDKs parse:
+ *   message_start, ping, then per block content_block_start, content_block_delta* (text_delta,
+ *   thinking_delta, input_json_delta), content_block_stop; then message_delta (stop_reason,
+ *   stop_sequence, cumulative usage), message_stop
  * each as `event: NAME\ndata: <json>\n\n`. Usage follows Anthropic's meaning: input_tokens are
  * the prompt tokens not read from the cache, cache_read_input_tokens the ones that were.
- * Images, documents, tools and extended thinking are refused with a 400 until they are built. */
+ * Images and documents are refused with a 400 until they are built. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <string.h>
@@ -17,25 +19,81 @@
 
 /* ---- request ---- */
 
-/* Appends the text of v (a string, or an array of text blocks) to b; name is its JSON path. */
-static hx_status blocks_text(hx_parse *p, json_t *v, const char *name, const char *param,
-                             hx_http_buf *b)
+/* A turn being gathered: its text, and for the assistant its calls and thinking. */
+typedef struct {
+    const char *role; /* NULL: none yet */
+    hx_http_buf text, think;
+    json_t     *calls; /* OpenAI-shaped tool_calls, or NULL */
+} turn;
+
+static hx_status nomem(hx_parse *p)
+{
+    return hx_parse_fail(p, HX_E_NOMEM, NULL, "out of memory");
+}
+
+/* Appends {"role": t->role, "content": its text, ...} to msgs and empties t. */
+static hx_status push_turn(hx_parse *p, json_t *msgs, turn *t)
+{
+    json_t *m = json_pack("{s:s, s:s%}", "role", t->role, "content",
+                          t->text.data ? t->text.data : "", t->text.len);
+    if (m && t->think.len)
+        json_object_set_new(m, "reasoning_content", json_stringn(t->think.data, t->think.len));
+    if (m && t->calls) json_object_set(m, "tool_calls", t->calls);
+    json_decref(t->calls);
+    t->calls = NULL;
+    t->text.len = t->think.len = 0;
+    if (!m || json_array_append_new(msgs, m) != 0) return nomem(p);
+    return HX_OK;
+}
+
+static hx_status add_text(hx_parse *p, hx_http_buf *b, const char *text, size_t len)
+{
+    if ((b->len > 0 && !hx_http_buf_append(b, "\n", 1)) || !hx_http_buf_append(b, text, len))
+        return nomem(p);
+    return HX_OK;
+}
+
+/* The text of a tool_result's content: a string, or text blocks joined by newlines. */
+static hx_status result_text(hx_parse *p, json_t *v, const char *name, hx_http_buf *b)
+{
+    char got[48];
+    if (!v || json_is_null(v)) return HX_OK;
+    if (json_is_string(v)) return add_text(p, b, json_string_value(v), json_string_length(v));
+    for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++) {
+        json_t *blk = json_array_get(v, i), *text = json_object_get(blk, "text");
+        const char *type = json_string_value(json_object_get(blk, "type"));
+        if (!type || strcmp(type, "text") != 0 || !json_is_string(text))
+            return hx_parse_fail(p, type && strcmp(type, "image") == 0 ? HX_E_UNSUPPORTED
+                                                                       : HX_E_INVALID,
+                                 "messages", "%s[%zu]: expected a text block (images are not "
+                                 "supported yet)", name, i);
+        hx_status st = add_text(p, b, json_string_value(text), json_string_length(text));
+        if (st != HX_OK) return st;
+    }
+    if (json_is_array(v)) return HX_OK;
+    hx_parse_describe(v, got, sizeof got);
+    return hx_parse_fail(p, HX_E_INVALID, "messages",
+                         "%s: expected a string or an array of text blocks, got %s", name, got);
+}
+
+/* One message's content (a string, or an array of blocks) into t; tool_result blocks become role
+ * "tool" messages in msgs right away (whatever text t held first goes before them). */
+static hx_status blocks(hx_parse *p, json_t *v, const char *name, const char *param, turn *t,
+                        json_t *msgs)
 {
     char got[48], bname[96];
-    if (json_is_string(v))
-        return hx_http_buf_append(b, json_string_value(v), json_string_length(v))
-                   ? HX_OK
-                   : hx_parse_fail(p, HX_E_NOMEM, NULL, "out of memory");
+    if (json_is_string(v)) return add_text(p, &t->text, json_string_value(v), json_string_length(v));
     if (!json_is_array(v)) {
         hx_parse_describe(v, got, sizeof got);
         return hx_parse_fail(p, HX_E_INVALID, param,
                              "%s: expected a string or an array of content blocks, got %s", name,
                              v ? got : "nothing");
     }
-    static const char *const later[] = {"image", "document", "tool_use", "tool_result",
-                                        "thinking", "redacted_thinking", "search_result",
-                                        "server_tool_use", "web_search_tool_result"};
-    for (size_t i = 0; i < json_array_size(v); i++) {
+    const bool assistant = t->role && strcmp(t->role, "assistant") == 0;
+    static const char *const later[] = {"image", "document", "search_result", "server_tool_use",
+                                        "web_search_tool_result", "redacted_thinking"};
+    hx_status st = HX_OK;
+    for (size_t i = 0; st == HX_OK && i < json_array_size(v); i++) {
         json_t *blk = json_array_get(v, i), *text = json_object_get(blk, "text");
         const char *type = json_string_value(json_object_get(blk, "type"));
         snprintf(bname, sizeof bname, "%s[%zu]", name, i);
@@ -45,42 +103,62 @@ static hx_status blocks_text(hx_parse *p, json_t *v, const char *name, const cha
                                  "%s: expected a content block object with a \"type\", got %s",
                                  bname, got);
         }
-        if (strcmp(type, "text") != 0) {
-            bool known = false;
+        if (strcmp(type, "text") == 0) {
+            if (!json_is_string(text)) {
+                hx_parse_describe(text, got, sizeof got);
+                return hx_parse_fail(p, HX_E_INVALID, param, "%s.text: expected a string, got %s",
+                                     bname, text ? got : "nothing");
+            }
+            st = add_text(p, &t->text, json_string_value(text), json_string_length(text));
+        } else if (strcmp(type, "thinking") == 0 && assistant) {
+            json_t *th = json_object_get(blk, "thinking");
+            if (json_is_string(th))
+                st = add_text(p, &t->think, json_string_value(th), json_string_length(th));
+        } else if (strcmp(type, "tool_use") == 0 && assistant) {
+            const char *id = json_string_value(json_object_get(blk, "id"));
+            const char *nm = json_string_value(json_object_get(blk, "name"));
+            json_t *input = json_object_get(blk, "input");
+            if (!id || !nm || !json_is_object(input))
+                return hx_parse_fail(p, HX_E_INVALID, param, "%s: a tool_use block needs a string "
+                                     "id and name and an object input", bname);
+            if (!t->calls && !(t->calls = json_array())) return nomem(p);
+            json_t *call = json_pack("{s:s, s:s, s:{s:s, s:O}}", "id", id, "type", "function",
+                                     "function", "name", nm, "arguments", input);
+            if (!call || json_array_append_new(t->calls, call) != 0) return nomem(p);
+        } else if (strcmp(type, "tool_result") == 0 && !assistant) {
+            const char *id = json_string_value(json_object_get(blk, "tool_use_id"));
+            if (!id)
+                return hx_parse_fail(p, HX_E_INVALID, param,
+                                     "%s.tool_use_id: expected a string", bname);
+            if (t->text.len && (st = push_turn(p, msgs, t)) != HX_OK) return st;
+            hx_http_buf r = {0};
+            if (json_is_true(json_object_get(blk, "is_error")))
+                st = add_text(p, &r, "Error:", 6);
+            snprintf(bname + strlen(bname), sizeof bname - strlen(bname), ".content");
+            if (st == HX_OK) st = result_text(p, json_object_get(blk, "content"), bname, &r);
+            json_t *m = st == HX_OK ? json_pack("{s:s, s:s, s:s%}", "role", "tool", "tool_call_id",
+                                                id, "content", r.data ? r.data : "", r.len)
+                                    : NULL;
+            hx_free(r.data);
+            if (st == HX_OK && (!m || json_array_append_new(msgs, m) != 0)) st = nomem(p);
+        } else {
+            bool known = strcmp(type, "tool_use") == 0 || strcmp(type, "tool_result") == 0 ||
+                         strcmp(type, "thinking") == 0;
             for (size_t k = 0; k < HX_COUNTOF(later); k++) known |= strcmp(type, later[k]) == 0;
             return hx_parse_fail(p, known ? HX_E_UNSUPPORTED : HX_E_INVALID, param,
                                  known ? "%s: content blocks of type \"%s\" are not supported "
-                                         "yet (text only)"
-                                       : "%s: unknown content block type \"%.40s\" (expected "
-                                         "\"text\")",
+                                         "here"
+                                       : "%s: unknown content block type \"%.40s\"",
                                  bname, type);
         }
-        if (!json_is_string(text)) {
-            hx_parse_describe(text, got, sizeof got);
-            return hx_parse_fail(p, HX_E_INVALID, param, "%s.text: expected a string, got %s",
-                                 bname, text ? got : "nothing");
-        }
-        if ((b->len > 0 && i > 0 && !hx_http_buf_append(b, "\n", 1)) ||
-            !hx_http_buf_append(b, json_string_value(text), json_string_length(text)))
-            return hx_parse_fail(p, HX_E_NOMEM, NULL, "out of memory");
     }
-    return HX_OK;
+    return st;
 }
 
-/* Appends {"role": role, "content": b's text} to msgs and empties b. */
-static hx_status push_message(hx_parse *p, json_t *msgs, const char *role, hx_http_buf *b)
-{
-    json_t *m = json_pack("{s:s, s:s%}", "role", role, "content", b->data ? b->data : "",
-                          b->len);
-    b->len = 0;
-    if (!m || json_array_append_new(msgs, m) != 0)
-        return hx_parse_fail(p, HX_E_NOMEM, NULL, "out of memory");
-    return HX_OK;
-}
-
-/* The conversation for the template: the system prompt first, then the turns, consecutive turns
- * of one role joined (as the API does). A final assistant turn is not rendered: its text is the
- * start of the reply (*prefill, a new hx_alloc'd string, or NULL). */
+/* The conversation for the template, in OpenAI's chat shape: the system prompt first, then the
+ * turns (consecutive turns of one role joined, as the API does; tool_use blocks as tool_calls,
+ * tool_result blocks as role "tool" messages). A final assistant turn of text only is not
+ * rendered: its text is the start of the reply (*prefill, a new hx_alloc'd string, or NULL). */
 static hx_status conversation(hx_parse *p, json_t **out, char **prefill, size_t *prefill_len)
 {
     char got[48], name[48];
@@ -93,14 +171,15 @@ static hx_status conversation(hx_parse *p, json_t **out, char **prefill, size_t 
                              "messages: expected a non-empty array of messages, got %s", got);
     }
     json_t *conv = json_array();
-    hx_http_buf b = {0};
-    hx_status st = conv ? HX_OK : hx_parse_fail(p, HX_E_NOMEM, NULL, "out of memory");
+    turn t = {0};
+    hx_status st = conv ? HX_OK : nomem(p);
     json_t *system = json_object_get(p->root, "system");
     if (st == HX_OK && system && !json_is_null(system)) {
-        st = blocks_text(p, system, "system", "system", &b);
-        if (st == HX_OK && b.len) st = push_message(p, conv, "system", &b);
+        t.role = "system";
+        st = blocks(p, system, "system", "system", &t, conv);
+        if (st == HX_OK && t.text.len) st = push_turn(p, conv, &t);
+        t.role = NULL;
     }
-    const char *role = NULL; /* of the turn being gathered in b */
     const size_t n = json_array_size(msgs);
     for (size_t i = 0; st == HX_OK && i < n; i++) {
         json_t *m = json_array_get(msgs, i);
@@ -121,25 +200,27 @@ static hx_status conversation(hx_parse *p, json_t **out, char **prefill, size_t 
             break;
         }
         r = strcmp(r, "user") == 0 ? "user" : "assistant"; /* static text */
-        if (role && strcmp(role, r) != 0) {
-            st = push_message(p, conv, role, &b);
-            if (st != HX_OK) break;
-        } else if (role && b.len && !hx_http_buf_append(&b, "\n\n", 2)) {
-            st = hx_parse_fail(p, HX_E_NOMEM, NULL, "out of memory");
+        if (t.role && strcmp(t.role, r) != 0 && (t.text.len || t.calls || t.think.len)) {
+            if ((st = push_turn(p, conv, &t)) != HX_OK) break;
+        } else if (t.role && strcmp(t.role, r) == 0 && t.text.len &&
+                   !hx_http_buf_append(&t.text, "\n", 1)) {
+            st = nomem(p);
             break;
         }
-        role = r;
+        t.role = r;
         snprintf(name, sizeof name, "messages.%zu.content", i);
-        st = blocks_text(p, json_object_get(m, "content"), name, "messages", &b);
+        st = blocks(p, json_object_get(m, "content"), name, "messages", &t, conv);
     }
-    if (st == HX_OK && role && strcmp(role, "assistant") == 0) {
-        *prefill = b.data; /* the reply continues from here */
-        *prefill_len = b.len;
-        b.data = NULL;
-    } else if (st == HX_OK && role) {
-        st = push_message(p, conv, role, &b);
+    if (st == HX_OK && t.role && strcmp(t.role, "assistant") == 0 && !t.calls && !t.think.len) {
+        *prefill = t.text.data; /* the reply continues from here */
+        *prefill_len = t.text.len;
+        t.text.data = NULL;
+    } else if (st == HX_OK && t.role && (t.text.len || t.calls || t.think.len)) {
+        st = push_turn(p, conv, &t);
     }
-    hx_free(b.data);
+    hx_free(t.text.data);
+    hx_free(t.think.data);
+    json_decref(t.calls);
     if (st != HX_OK) {
         json_decref(conv);
         hx_free(*prefill);
@@ -182,14 +263,36 @@ static hx_status parse_fields(hx_parse *p, hx_completion *c, bool need_max_token
     if ((st = hx_parse_stop(p, json_object_get(r, "stop_sequences"), "stop_sequences", false, c)))
         return st;
     if ((st = hx_parse_bool(p, r, "stream", &p->opts->stream))) return st;
+    return HX_OK;
+}
+
+/* tools, tool_choice and thinking into cr (cr->tools is a new reference the caller releases). */
+static hx_status parse_extras(hx_parse *p, hx_chat_req *cr)
+{
+    json_t *r = p->root;
+    hx_err terr = {0};
+    hx_status st;
     json_t *tools = json_object_get(r, "tools");
-    if (json_is_array(tools) && json_array_size(tools) > 0)
-        return hx_parse_fail(p, HX_E_UNSUPPORTED, "tools", "tools: not supported yet");
+    if (tools && !json_is_null(tools)) {
+        st = hx_tools_normalize(tools, HX_TOOLS_ANTHROPIC, &cr->tools, p->opts->param,
+                                sizeof p->opts->param, &terr);
+        if (st != HX_OK) return hx_parse_fail(p, st, p->opts->param, "%s", terr.msg);
+    }
+    json_t *choice = json_object_get(r, "tool_choice");
+    st = hx_tools_choice(json_is_null(choice) ? NULL : choice, HX_TOOLS_ANTHROPIC, cr->tools,
+                         &cr->choice, p->opts->param, sizeof p->opts->param, &terr);
+    if (st != HX_OK) return hx_parse_fail(p, st, p->opts->param, "%s", terr.msg);
     json_t *thinking = json_object_get(r, "thinking");
-    const char *tt = json_string_value(json_object_get(thinking, "type"));
-    if (tt && strcmp(tt, "disabled") != 0)
-        return hx_parse_fail(p, HX_E_UNSUPPORTED, "thinking",
-                             "thinking: extended thinking is not supported yet");
+    if (thinking && !json_is_null(thinking)) {
+        const char *tt = json_string_value(json_object_get(thinking, "type"));
+        if (!json_is_object(thinking) || !tt ||
+            (strcmp(tt, "enabled") != 0 && strcmp(tt, "disabled") != 0 &&
+             strcmp(tt, "adaptive") != 0))
+            return hx_parse_fail(p, HX_E_INVALID, "thinking",
+                                 "thinking.type: expected \"enabled\", \"adaptive\" or "
+                                 "\"disabled\"");
+        cr->thinking = strcmp(tt, "disabled") != 0;
+    }
     return HX_OK;
 }
 
@@ -200,16 +303,19 @@ static hx_status parse_request(const hx_server *s, const char *body, size_t len,
     hx_parse p;
     hx_completion *c = NULL;
     json_t *conv = NULL;
+    hx_chat_req cr = hx_chat_req_default();
     char *prefill = NULL;
     size_t prefill_len = 0;
     hx_status st = hx_parse_begin(&p, s, body, len, opts, err);
     if (st == HX_OK) st = hx_parse_completion(&p, &c);
     if (st == HX_OK) st = parse_fields(&p, c, messages);
+    if (st == HX_OK) st = parse_extras(&p, &cr);
     if (st == HX_OK) st = conversation(&p, &conv, &prefill, &prefill_len);
     if (st == HX_OK)
-        st = hx_parse_chat_prompt(&p, conv, prefill, prefill_len,
-                                  "use a model with one, or OpenAI's /v1/completions with a raw "
-                                  "prompt", messages, c);
+        st = hx_parse_chat(&p, conv, &cr, prefill, prefill_len,
+                           "use a model with one, or OpenAI's /v1/completions with a raw prompt",
+                           messages, c);
+    hx_chat_req_clear(&cr);
     json_decref(conv);
     hx_free(prefill);
     hx_parse_end(&p);
@@ -261,6 +367,46 @@ static json_t *usage(const hx_gen_stats *st)
                      "output_tokens", (json_int_t)st->n_gen);
 }
 
+/* Content blocks open as the reply needs them, one at a time: x->block counts those opened,
+ * x->block_kind says which is open now. */
+enum { BLOCK_NONE, BLOCK_TEXT, BLOCK_THINKING, BLOCK_TOOL };
+
+/* The API's id of a call: "toolu_" and the parser's hex digits. */
+static void tool_id(const char *call_id, char *dst, size_t cap)
+{
+    const char *hex = strncmp(call_id, "call_", 5) == 0 ? call_id + 5 : call_id;
+    snprintf(dst, cap, "toolu_%s", hex);
+}
+
+static bool close_block(hx_exchange *x, hx_http_buf *out)
+{
+    if (x->block_kind == BLOCK_NONE) return true;
+    x->block_kind = BLOCK_NONE;
+    return hx_sse_json(out, "content_block_stop", json_pack("{s:s, s:i}", "type",
+                                                            "content_block_stop", "index",
+                                                            x->block - 1));
+}
+
+/* Opens a block of kind described by content (stolen), closing the open one first. */
+static bool open_block(hx_exchange *x, int kind, json_t *content, hx_http_buf *out)
+{
+    if (!close_block(x, out)) {
+        json_decref(content);
+        return false;
+    }
+    x->block_kind = kind;
+    return hx_sse_json(out, "content_block_start",
+                       json_pack("{s:s, s:i, s:o}", "type", "content_block_start", "index",
+                                 x->block++, "content_block", content));
+}
+
+static bool delta(hx_exchange *x, json_t *d, hx_http_buf *out)
+{
+    return hx_sse_json(out, "content_block_delta",
+                       json_pack("{s:s, s:i, s:o}", "type", "content_block_delta", "index",
+                                 x->block - 1, "delta", d));
+}
+
 static bool msg_open(hx_exchange *x, hx_http_buf *out)
 {
     json_t *start = json_pack(
@@ -270,29 +416,68 @@ static bool msg_open(hx_exchange *x, hx_http_buf *out)
         (json_int_t)x->n_prompt, "cache_creation_input_tokens", (json_int_t)0,
         "cache_read_input_tokens", (json_int_t)0, "output_tokens", (json_int_t)0);
     return hx_sse_json(out, "message_start", start) &&
-           hx_sse_json(out, "content_block_start",
-                       json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_start",
-                                 "index", 0, "content_block", "type", "text", "text", "")) &&
            hx_sse_json(out, "ping", json_pack("{s:s}", "type", "ping"));
 }
 
 static bool msg_text(hx_exchange *x, const char *text, size_t len, const hx_lp_rec *lp,
                      hx_http_buf *out)
 {
-    (void)x, (void)lp;
+    (void)lp;
     if (len == 0) return true;
-    return hx_sse_json(out, "content_block_delta",
-                       json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta",
-                                 "index", 0, "delta", "type", "text_delta", "text",
-                                 hx_json_text(text, len)));
+    if (x->block_kind != BLOCK_TEXT &&
+        !open_block(x, BLOCK_TEXT, json_pack("{s:s, s:s}", "type", "text", "text", ""), out))
+        return false;
+    return delta(x, json_pack("{s:s, s:o}", "type", "text_delta", "text", hx_json_text(text, len)),
+                 out);
+}
+
+static bool msg_reasoning(hx_exchange *x, const char *text, size_t len, hx_http_buf *out)
+{
+    if (x->block_kind != BLOCK_THINKING &&
+        !open_block(x, BLOCK_THINKING,
+                    json_pack("{s:s, s:s, s:s}", "type", "thinking", "thinking", "", "signature",
+                              ""),
+                    out))
+        return false;
+    return delta(x, json_pack("{s:s, s:o}", "type", "thinking_delta", "thinking",
+                              hx_json_text(text, len)),
+                 out);
+}
+
+static bool msg_tool(hx_exchange *x, const hx_toolcall_event *ev, hx_http_buf *out)
+{
+    char id[48];
+    switch (ev->kind) {
+    case HX_TOOLCALL_EV_CALL_START:
+        tool_id(ev->id, id, sizeof id);
+        return open_block(x, BLOCK_TOOL,
+                          json_pack("{s:s, s:s, s:s, s:{}}", "type", "tool_use", "id", id, "name",
+                                    ev->name, "input"),
+                          out);
+    case HX_TOOLCALL_EV_CALL_ARGS:
+        return delta(x, json_pack("{s:s, s:o}", "type", "input_json_delta", "partial_json",
+                                  hx_json_text(ev->text, ev->len)),
+                     out);
+    case HX_TOOLCALL_EV_CALL_END:
+        return close_block(x, out);
+    default:
+        return true; /* content arrives through msg_text */
+    }
 }
 
 static bool msg_finish(hx_exchange *x, const hx_event *done, hx_http_buf *out)
 {
     json_t *seq;
-    const char *reason = stop_reason(x, &done->stats, &seq);
-    return hx_sse_json(out, "content_block_stop",
-                       json_pack("{s:s, s:i}", "type", "content_block_stop", "index", 0)) &&
+    const char *reason = hx_exchange_called_tools(x, done) ? "tool_use"
+                                                           : stop_reason(x, &done->stats, &seq);
+    if (strcmp(reason, "tool_use") == 0) seq = json_null();
+    /* A reply with no content at all still has one (empty) text block, as the API's have. */
+    const bool ok = (x->block > 0 || open_block(x, BLOCK_TEXT,
+                                                json_pack("{s:s, s:s}", "type", "text", "text",
+                                                          ""),
+                                                out)) &&
+                    close_block(x, out);
+    return ok &&
            hx_sse_json(out, "message_delta",
                        json_pack("{s:s, s:{s:s, s:o}, s:o}", "type", "message_delta", "delta",
                                  "stop_reason", reason, "stop_sequence", seq, "usage",
@@ -300,35 +485,52 @@ static bool msg_finish(hx_exchange *x, const hx_event *done, hx_http_buf *out)
            hx_sse_json(out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 }
 
+/* The content blocks of the whole reply: thinking, text, then the calls. */
+static json_t *msg_content(hx_exchange *x)
+{
+    const int32_t n_calls = x->calls ? hx_toolcall_count(x->calls) : 0;
+    json_t *content = json_array();
+    if (content && x->thinking.len)
+        json_array_append_new(content, json_pack("{s:s, s:o, s:s}", "type", "thinking",
+                                                 "thinking", hx_json_text(x->thinking.data,
+                                                                          x->thinking.len),
+                                                 "signature", ""));
+    if (content && (x->text.len || !n_calls))
+        json_array_append_new(content, json_pack("{s:s, s:o}", "type", "text", "text",
+                                                 hx_json_text(x->text.data ? x->text.data : "",
+                                                              x->text.len)));
+    for (int32_t i = 0; content && i < n_calls; i++) {
+        const hx_toolcall *tc = hx_toolcall_get(x->calls, i);
+        char id[48];
+        tool_id(tc->id, id, sizeof id);
+        json_array_append_new(content, json_pack("{s:s, s:s, s:s, s:O}", "type", "tool_use", "id",
+                                                 id, "name", tc->name, "input", tc->input));
+    }
+    return content;
+}
+
 static json_t *msg_body(hx_exchange *x, const hx_event *done)
 {
     json_t *seq;
     const char *reason = stop_reason(x, &done->stats, &seq);
-    return json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:o}], s:s, s:o, s:o}", "id", x->id, "type",
-                     "message", "role", "assistant", "model", x->s->model_id, "content", "type",
-                     "text", "text", hx_json_text(x->text ? x->text : "", x->text_len),
+    if (hx_exchange_called_tools(x, done)) {
+        reason = "tool_use";
+        json_decref(seq);
+        seq = json_null();
+    }
+    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o, s:o}", "id", x->id, "type", "message",
+                     "role", "assistant", "model", x->s->model_id, "content", msg_content(x),
                      "stop_reason", reason, "stop_sequence", seq, "usage", usage(&done->stats));
 }
 
-static const hx_wire messages_wire = {HX_API_ANTHROPIC, "msg_", msg_open, msg_text, msg_finish,
-                                      msg_body};
+static const hx_wire messages_wire = {HX_API_ANTHROPIC, "msg_", msg_open, msg_text,
+                                      msg_reasoning, msg_tool, msg_finish, msg_body, NULL};
 
 /* ---- handlers ---- */
 
 void hx_anthropic_messages(void *ctx, hx_http_req *req, hx_http_resp *resp)
 {
-    const hx_server *s = ctx;
-    size_t len = 0;
-    const char *body = hx_http_req_body(req, &len);
-    hx_completion *c = NULL;
-    hx_reply_opts opts;
-    hx_err err = {0};
-    const hx_status st = hx_anthropic_parse_messages(s, body, len, &c, &opts, &err);
-    if (st != HX_OK) {
-        hx_serve_error(HX_API_ANTHROPIC, st, err.msg, opts.param, resp);
-        return;
-    }
-    hx_exchange_run(s, &messages_wire, req, resp, c, &opts);
+    hx_exchange_serve(ctx, req, resp, hx_anthropic_parse_messages, &messages_wire);
 }
 
 void hx_anthropic_count_tokens(void *ctx, hx_http_req *req, hx_http_resp *resp)

@@ -6,8 +6,12 @@
  * logprob records and formats one body at DONE. Both wait in 50 ms slices and, between them, ask
  * the HTTP layer whether the client is still there: a departed client cancels the job (the
  * engine stops within one step) and the loop keeps reading until DONE, so the job is released
- * only once the engine is done with it. Also holds what both adapters share: the JSON helpers
- * and the request readers (typed fields with range checks, stop strings, the chat prompt).
+ * only once the engine is done with it. On the way to the wire the text is split: a thinking
+ * block's text goes to the wire's reasoning function (serve/reasoning.h) and, when the request
+ * offered tools, calls go to its tool function (serve/toolcall.h); the rest is content. Both
+ * modes keep the content and reasoning text, which the non-streamed bodies and the Responses
+ * store read. Also holds what the adapters share: the JSON helpers and the request readers
+ * (typed fields with range checks, stop strings).
  *
  * Owns: the exchange (its arena, the collected text, the job handle). Knows no protocol's field
  * names or wire format beyond SSE framing. */
@@ -22,7 +26,6 @@
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/utf8.h"
-#include "engine/chat_prompt.h"
 #include "serve/adapter.h"
 
 #define WAIT_MS 50 /* how long one wait for an event lasts before the client check */
@@ -162,7 +165,8 @@ hx_status hx_parse_fail(hx_parse *p, hx_status st, const char *param, const char
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    snprintf(p->opts->param, sizeof p->opts->param, "%s", param ? param : "");
+    if (param != p->opts->param) /* a reader may have written the path there already */
+        snprintf(p->opts->param, sizeof p->opts->param, "%s", param ? param : "");
     return hx_err_set(p->err, st, "%s", msg);
 }
 
@@ -341,51 +345,6 @@ hx_status hx_parse_prompt_ids(hx_parse *p, const int32_t *ids, size_t n, const c
     return HX_OK;
 }
 
-hx_status hx_parse_chat_prompt(hx_parse *p, json_t *messages, const char *prefill,
-                               size_t prefill_len, const char *alternative, bool check_ctx,
-                               hx_completion *c)
-{
-    const hx_server *s = p->s;
-    if (!s->tpl)
-        return hx_parse_fail(p, HX_E_INVALID, "messages",
-                             "the model %s has no chat template; %s", s->model_id, alternative);
-    hx_err terr = {0};
-    char *text = NULL;
-    size_t len = 0;
-    hx_tok_ids ids = {0};
-    hx_status st = hx_chat_render(s->tpl, s->tok, messages, true, &text, &len, &terr);
-    if (st != HX_OK) {
-        st = hx_parse_fail(p, st == HX_E_NOMEM ? st : HX_E_INVALID, "messages",
-                           "the model's chat template rejected the messages: %s", terr.msg);
-        goto done;
-    }
-    if (prefill_len) { /* the reply's start, right after the generation prompt */
-        char *t = hx_realloc(text, len + prefill_len + 1);
-        if (!t) {
-            st = hx_parse_fail(p, HX_E_NOMEM, NULL, "out of memory");
-            goto done;
-        }
-        text = t;
-        memcpy(text + len, prefill, prefill_len);
-        len += prefill_len;
-        text[len] = '\0';
-    }
-    st = hx_tokenizer_encode(s->tok, text, len, HX_TOK_PARSE_SPECIAL, &ids, &terr);
-    if (st != HX_OK) {
-        st = hx_parse_fail(p, st, NULL, "%s", terr.msg);
-        goto done;
-    }
-    if (check_ctx) {
-        st = hx_parse_prompt_ids(p, ids.ids, ids.n, "messages", c);
-    } else {
-        c->n_prompt = (int32_t)ids.n; /* counting only: the ids are not kept */
-    }
-done:
-    hx_tok_ids_free(&ids);
-    hx_free(text);
-    return st;
-}
-
 /* ---- the exchange ---- */
 
 /* 24 hex digits that differ between requests and between server runs (ids need not be
@@ -401,7 +360,11 @@ static void exchange_free(hx_exchange *x)
 {
     if (!x) return;
     hx_job_release(x->job);
-    hx_free(x->text);
+    if (x->wire->release && x->wire_state) x->wire->release(x->wire_state);
+    hx_reasoning_free(x->rsn);
+    hx_toolcall_free(x->calls);
+    hx_free(x->text.data);
+    hx_free(x->thinking.data);
     hx_free(x->lps);
     hx_arena a = x->arena; /* x lives in its own arena */
     hx_arena_free(&a);
@@ -419,6 +382,7 @@ static hx_exchange *exchange_new(const hx_server *s, const hx_wire *w, hx_http_r
     x->wire = w;
     x->req = req;
     x->opts = *opts;
+    x->opts.wire_state = NULL; /* x->wire_state takes it once x is complete */
     x->created = (int64_t)time(NULL);
     x->n_prompt = c->n_prompt;
     make_id(x->id, sizeof x->id, w->id_prefix);
@@ -429,26 +393,103 @@ static hx_exchange *exchange_new(const hx_server *s, const hx_wire *w, hx_http_r
             if (!(x->stop[i] = hx_arena_strdup(&x->arena, c->gp.stop[i]))) goto fail;
         x->n_stop = c->gp.n_stop;
     }
+    hx_err err = {0};
+    if (opts->reasoning) {
+        hx_reasoning_params rp = s->reasoning;
+        rp.in_reasoning = opts->in_reasoning;
+        if (hx_reasoning_init(&rp, &x->rsn, &err) != HX_OK) goto fail;
+    }
+    if (opts->tools) {
+        hx_toolcall_params tp = {.family = s->tool_family, .seed = c->gp.sampling.seed};
+        if (hx_toolcall_init(&tp, &x->calls, &err) != HX_OK) goto fail;
+    }
+    x->wire_state = opts->wire_state;
     return x;
 fail:
     exchange_free(x);
     return NULL;
 }
 
-/* Non-stream: keeps a text event's text and logprob record. false: out of memory. */
+bool hx_exchange_called_tools(const hx_exchange *x, const hx_event *done)
+{
+    return x->n_calls > 0 && done->stats.finish == HX_FINISH_STOP;
+}
+
+static bool text_append(hx_text *t, const char *p, size_t n)
+{
+    if (t->len + n + 1 > t->cap) {
+        const size_t cap = (t->len + n + 1) * 2;
+        char *d = hx_realloc(t->data, cap);
+        if (!d) return false;
+        t->data = d;
+        t->cap = cap;
+    }
+    if (n) memcpy(t->data + t->len, p, n);
+    t->len += n;
+    t->data[t->len] = '\0';
+    return true;
+}
+
+/* Where the parts of one engine event go: out (a stream) or nowhere but the exchange's texts
+ * (a plain reply), with the event's logprob record for the first content it yields. */
+typedef struct {
+    hx_exchange     *x;
+    hx_http_buf     *out; /* NULL: collecting */
+    const hx_lp_rec *lp;  /* not yet sent */
+    bool             ok;  /* false: out of memory */
+} sink;
+
+static bool on_content(sink *k, const char *text, size_t len)
+{
+    hx_exchange *x = k->x;
+    const hx_lp_rec *lp = k->lp;
+    k->lp = NULL;
+    if (k->out && !x->wire->text(x, text, len, lp, k->out)) return k->ok = false;
+    return k->ok = text_append(&x->text, text, len);
+}
+
+static bool on_call(void *user, const hx_toolcall_event *ev)
+{
+    sink *k = user;
+    if (ev->kind == HX_TOOLCALL_EV_CONTENT) return on_content(k, ev->text, ev->len);
+    if (ev->kind == HX_TOOLCALL_EV_CALL_START) k->x->n_calls++;
+    return k->ok = !k->out || k->x->wire->tool(k->x, ev, k->out);
+}
+
+/* Content goes through the call parser when the reply may call tools. */
+static bool on_run(void *user, hx_reasoning_kind kind, const char *text, size_t len)
+{
+    sink *k = user;
+    hx_exchange *x = k->x;
+    if (kind == HX_REASONING_REASONING) {
+        if (k->out && !x->wire->reasoning(x, text, len, k->out)) return k->ok = false;
+        return k->ok = text_append(&x->thinking, text, len);
+    }
+    if (x->calls) return hx_toolcall_feed(x->calls, text, len, on_call, k) == HX_OK && k->ok;
+    return on_content(k, text, len);
+}
+
+/* One engine event's text through the splitters (or, at DONE with text NULL, what they still
+ * hold). A logprob record that yielded no content goes out with empty content. */
+static bool deliver(hx_exchange *x, const char *text, size_t len, const hx_lp_rec *lp,
+                    hx_http_buf *out)
+{
+    sink k = {x, out, lp, true};
+    hx_status st = HX_OK;
+    if (text) {
+        st = x->rsn ? hx_reasoning_feed(x->rsn, text, len, on_run, &k)
+                    : (on_run(&k, HX_REASONING_CONTENT, text, len) ? HX_OK : HX_E_NOMEM);
+    } else {
+        if (x->rsn) st = hx_reasoning_finish(x->rsn, on_run, &k);
+        if (st == HX_OK && k.ok && x->calls) st = hx_toolcall_finish(x->calls, on_call, &k);
+    }
+    if (st == HX_OK && k.ok && k.lp && out) return x->wire->text(x, "", 0, k.lp, out);
+    return st == HX_OK && k.ok;
+}
+
+/* Non-stream: keeps a text event's parts and logprob record. false: out of memory. */
 static bool collect(hx_exchange *x, const hx_event *ev)
 {
-    if (x->text_len + ev->len + 1 > x->text_cap) {
-        size_t cap = (x->text_len + ev->len + 1) * 2;
-        char *p = hx_realloc(x->text, cap);
-        if (!p) return false;
-        x->text = p;
-        x->text_cap = cap;
-    }
-    if (ev->len) memcpy(x->text + x->text_len, ev->text, ev->len);
-    const size_t offset = x->text_len;
-    x->text_len += ev->len;
-    x->text[x->text_len] = '\0';
     if (ev->has_lp && x->opts.logprobs) {
         if (x->n_lps == x->lps_cap) {
             int32_t cap = x->lps_cap ? x->lps_cap * 2 : 64;
@@ -457,9 +498,9 @@ static bool collect(hx_exchange *x, const hx_event *ev)
             x->lps = p;
             x->lps_cap = cap;
         }
-        x->lps[x->n_lps++] = (hx_lp_rec){.lp = ev->lp, .offset = offset};
+        x->lps[x->n_lps++] = (hx_lp_rec){.lp = ev->lp, .offset = x->text.len};
     }
-    return true;
+    return deliver(x, ev->text ? ev->text : "", ev->len, NULL, NULL);
 }
 
 /* Waits for the job's next event, cancelling the job once the client is gone. The client is
@@ -504,23 +545,24 @@ static bool stream_next(void *state, hx_http_buf *out)
         hx_event ev;
         next_event(x, &ev);
         bool ok = true, more = true;
+        const size_t before = out->len;
         if (ev.kind == HX_EVENT_TEXT) {
-            if (ev.len == 0 && !(ev.has_lp && x->opts.logprobs)) {
-                hx_event_clear(&ev);
-                continue; /* nothing to send: wait for more */
+            const bool lp = ev.has_lp && x->opts.logprobs;
+            if (ev.len > 0 || lp) {
+                hx_lp_rec rec = {.lp = ev.lp, .offset = x->text.len};
+                ok = deliver(x, ev.text ? ev.text : "", ev.len, lp ? &rec : NULL, out);
             }
-            hx_lp_rec rec = {.lp = ev.lp, .offset = x->text_len};
-            ok = x->wire->text(x, ev.text, ev.len, ev.has_lp && x->opts.logprobs ? &rec : NULL,
-                               out);
-            x->text_len += ev.len; /* streams keep only the running offset, not the text */
-        } else {
-            note_done(x, &ev);
-            more = false;
-            if (ev.status == HX_OK || ev.status == HX_E_CANCELLED)
-                ok = x->wire->finish(x, &ev, out);
-            else
-                ok = hx_serve_error_event(x->wire->api, ev.status, ev.msg, out);
+            hx_event_clear(&ev);
+            if (!ok) goto oom;
+            if (out->len == before) continue; /* nothing to send yet: wait for more */
+            return true;
         }
+        note_done(x, &ev);
+        more = false;
+        if (ev.status == HX_OK || ev.status == HX_E_CANCELLED)
+            ok = deliver(x, NULL, 0, NULL, out) && x->wire->finish(x, &ev, out);
+        else
+            ok = hx_serve_error_event(x->wire->api, ev.status, ev.msg, out);
         hx_event_clear(&ev);
         if (!ok) goto oom;
         return more;
@@ -571,6 +613,8 @@ static void run_collect(hx_exchange *x, hx_http_resp *resp)
             continue;
         }
         note_done(x, &ev);
+        if (!oom && (ev.status == HX_OK || ev.status == HX_E_CANCELLED))
+            oom = !deliver(x, NULL, 0, NULL, NULL);
         if (oom)
             hx_serve_error(x->wire->api, HX_E_NOMEM, "out of memory while collecting the reply",
                            NULL, resp);
@@ -592,6 +636,7 @@ void hx_exchange_run(const hx_server *s, const hx_wire *w, hx_http_req *req, hx_
     hx_err err = {0};
     hx_exchange *x = exchange_new(s, w, req, c, opts);
     if (!x) {
+        if (w->release) w->release(opts->wire_state);
         hx_completion_free(c);
         hx_serve_error(w->api, HX_E_NOMEM, "out of memory", NULL, resp);
         return;
@@ -615,4 +660,21 @@ void hx_exchange_run(const hx_server *s, const hx_wire *w, hx_http_req *req, hx_
     resp->stream_state = x;
     resp->stream_free = stream_free;
     hx_http_resp_header(resp, "Cache-Control", "no-cache");
+}
+
+void hx_exchange_serve(void *ctx, hx_http_req *req, hx_http_resp *resp, hx_parse_fn parse,
+                       const hx_wire *w)
+{
+    const hx_server *s = ctx;
+    size_t len = 0;
+    const char *body = hx_http_req_body(req, &len);
+    hx_completion *c = NULL;
+    hx_reply_opts opts;
+    hx_err err = {0};
+    const hx_status st = parse(s, body, len, &c, &opts, &err);
+    if (st != HX_OK) {
+        hx_serve_error(w->api, st, err.msg, opts.param, resp);
+        return;
+    }
+    hx_exchange_run(s, w, req, resp, c, &opts);
 }

@@ -4,9 +4,13 @@
  * model's chat template, or a raw prompt; sampling fields over the server's defaults, which are
  * over the model's), then formats what the exchange reads back in OpenAI's exact wire shapes:
  * chat.completion / text_completion bodies, or chat.completion.chunk / text_completion chunks as
- * `data: <json>\n\n` events ending in `data: [DONE]`. Field names and ranges follow the OpenAI
- * reference; unknown fields are ignored, features not built yet (tools, structured output,
- * n > 1, echo, suffix, images) are refused with a 400 that says so. */
+ * `data: <json>\n\n` events ending in `data: [DONE]`. Chat requests may offer tools (calls come
+ * back as message.tool_calls, streamed as delta.tool_calls: index, id and name first, then the
+ * arguments), ask for structured output (response_format json_object / json_schema) and turn
+ * thinking on or off (reasoning_effort, chat_template_kwargs); reasoning comes back as
+ * reasoning_content (and reasoning, for mlx-lm clients). Field names and ranges follow the OpenAI
+ * reference; unknown fields are ignored, features not built (n > 1, echo, suffix, images, the
+ * legacy functions) are refused with a 400 that says so. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
@@ -140,22 +144,47 @@ static hx_status parse_common(hx_parse *p, hx_completion *c, bool chat)
     }
     if (!p->opts->stream) p->opts->include_usage = false;
 
-    /* Features a drop-in must not silently drop: refused until they are built. */
-    json_t *tools = field(r, "tools"), *fns = field(r, "functions");
-    if ((json_is_array(tools) && json_array_size(tools) > 0) ||
-        (json_is_array(fns) && json_array_size(fns) > 0))
-        return hx_parse_fail(p, HX_E_UNSUPPORTED, tools ? "tools" : "functions",
-                             "tools (function calling) are not supported yet");
-    json_t *rf = field(r, "response_format");
-    if (rf) {
-        const char *type = json_string_value(json_object_get(rf, "type"));
-        if (!json_is_object(rf) || !type)
-            return hx_parse_fail(p, HX_E_INVALID, "response_format",
-                                 "response_format must be an object with a \"type\"");
-        if (strcmp(type, "text") != 0)
-            return hx_parse_fail(p, HX_E_UNSUPPORTED, "response_format",
-                                 "response_format type \"%.40s\" is not supported yet (only "
-                                 "\"text\")", type);
+    return HX_OK;
+}
+
+/* The chat extras: tools, tool_choice, parallel_tool_calls, structured output (response_format
+ * and other servers' fields), reasoning_effort, chat_template_kwargs (and the legacy functions,
+ * refused). Release cr with hx_chat_req_clear. */
+static hx_status chat_extras(hx_parse *p, hx_chat_req *cr)
+{
+    json_t *r = p->root;
+    hx_err terr = {0};
+    hx_status st;
+    char got[48];
+    json_t *fns = field(r, "functions");
+    if (json_is_array(fns) && json_array_size(fns) > 0)
+        return hx_parse_fail(p, HX_E_UNSUPPORTED, "functions",
+                             "functions (the legacy form) are not supported: send tools");
+    json_t *tools = field(r, "tools");
+    if (tools) {
+        st = hx_tools_normalize(tools, HX_TOOLS_OPENAI_CHAT, &cr->tools, p->opts->param,
+                                sizeof p->opts->param, &terr);
+        if (st != HX_OK) return hx_parse_fail(p, st, p->opts->param, "%s", terr.msg);
+    }
+    st = hx_tools_choice(field(r, "tool_choice"), HX_TOOLS_OPENAI_CHAT, cr->tools, &cr->choice,
+                         p->opts->param, sizeof p->opts->param, &terr);
+    if (st != HX_OK) return hx_parse_fail(p, st, p->opts->param, "%s", terr.msg);
+    if ((st = hx_parse_bool(p, r, "parallel_tool_calls", &cr->parallel))) return st;
+
+    if ((st = hx_parse_structured(p, cr))) return st;
+    json_t *effort = field(r, "reasoning_effort");
+    if (effort && !json_is_string(effort)) {
+        hx_parse_describe(effort, got, sizeof got);
+        return hx_parse_fail(p, HX_E_INVALID, "reasoning_effort",
+                             "reasoning_effort must be a string (none, minimal, low, medium, "
+                             "high), got %s", got);
+    }
+    if (effort) cr->thinking = strcmp(json_string_value(effort), "none") != 0;
+    cr->kwargs = field(r, "chat_template_kwargs");
+    if (cr->kwargs && !json_is_object(cr->kwargs)) {
+        hx_parse_describe(cr->kwargs, got, sizeof got);
+        return hx_parse_fail(p, HX_E_INVALID, "chat_template_kwargs",
+                             "chat_template_kwargs must be an object, got %s", got);
     }
     return HX_OK;
 }
@@ -295,6 +324,7 @@ hx_status hx_openai_parse_chat(const hx_server *s, const char *body, size_t len,
     hx_parse p;
     hx_completion *c = NULL;
     json_t *msgs = NULL;
+    hx_chat_req cr = hx_chat_req_default();
     int64_t top = 0;
     hx_status st = hx_parse_begin(&p, s, body, len, opts, err);
     if (st == HX_OK) st = hx_parse_completion(&p, &c);
@@ -303,10 +333,12 @@ hx_status hx_openai_parse_chat(const hx_server *s, const char *body, size_t len,
     if (st == HX_OK)
         st = hx_parse_int(&p, p.root, "top_logprobs", 0, HX_MAX_LOGPROBS,
                           "an integer between 0 and 20", &top, NULL);
+    if (st == HX_OK) st = chat_extras(&p, &cr);
     if (st == HX_OK) st = chat_messages(&p, &msgs);
     if (st == HX_OK)
-        st = hx_parse_chat_prompt(&p, msgs, NULL, 0,
-                                  "send a raw prompt to /v1/completions instead", true, c);
+        st = hx_parse_chat(&p, msgs, &cr, NULL, 0, "send a raw prompt to /v1/completions instead",
+                           true, c);
+    hx_chat_req_clear(&cr);
     if (st != HX_OK) goto fail;
     opts->chat_logprobs = true;
     opts->n_top_logprobs = opts->logprobs ? (int32_t)top : 0;
@@ -392,6 +424,10 @@ hx_status hx_openai_parse_completions(const hx_server *s, const char *body, size
                                "suffix (fill-in-the-middle) is not supported yet");
     }
     if (st == HX_OK) st = completion_prompt(&p, c);
+    hx_chat_req cr = hx_chat_req_default();
+    if (st == HX_OK) st = hx_parse_structured(&p, &cr);
+    if (st == HX_OK) st = hx_parse_format(&p, &cr, c);
+    hx_chat_req_clear(&cr);
     if (st != HX_OK) {
         hx_completion_free(c);
         hx_parse_end(&p);
@@ -408,9 +444,10 @@ hx_status hx_openai_parse_completions(const hx_server *s, const char *body, size
 
 /* ---- formatting ---- */
 
-static const char *finish_reason(hx_finish f)
+static const char *finish_reason(const hx_exchange *x, const hx_event *done)
 {
-    return f == HX_FINISH_LENGTH ? "length" : "stop"; /* a cancelled reply ends as a stop */
+    if (hx_exchange_called_tools(x, done)) return "tool_calls";
+    return done->stats.finish == HX_FINISH_LENGTH ? "length" : "stop"; /* cancelled: a stop */
 }
 
 /* jansson refuses non-finite reals; a -inf log-probability is shown as a very small number. */
@@ -522,12 +559,66 @@ static bool chat_text(hx_exchange *x, const char *text, size_t len, const hx_lp_
                       out);
 }
 
+/* Reasoning streams in both names clients read: reasoning_content (llama-server, DeepSeek,
+ * vLLM) and reasoning (mlx-lm). */
+static bool chat_reasoning(hx_exchange *x, const char *text, size_t len, hx_http_buf *out)
+{
+    return send_chunk(x, "chat.completion.chunk",
+                      json_pack("{s:i, s:{s:o, s:o}, s:n, s:n}", "index", 0, "delta",
+                                "reasoning_content", hx_json_text(text, len), "reasoning",
+                                hx_json_text(text, len), "logprobs", "finish_reason"),
+                      out);
+}
+
+/* A call's start carries its index, id, type and name with empty arguments; the arguments then
+ * follow in fragments under the same index. */
+static bool chat_tool(hx_exchange *x, const hx_toolcall_event *ev, hx_http_buf *out)
+{
+    json_t *call = NULL;
+    if (ev->kind == HX_TOOLCALL_EV_CALL_START)
+        call = json_pack("{s:i, s:s, s:s, s:{s:s, s:s}}", "index", ev->index, "id", ev->id, "type",
+                         "function", "function", "name", ev->name, "arguments", "");
+    else if (ev->kind == HX_TOOLCALL_EV_CALL_ARGS)
+        call = json_pack("{s:i, s:{s:o}}", "index", ev->index, "function", "arguments",
+                         hx_json_text(ev->text, ev->len));
+    else
+        return true; /* the end of a call has no chunk of its own */
+    return send_chunk(x, "chat.completion.chunk",
+                      json_pack("{s:i, s:{s:[o]}, s:n, s:n}", "index", 0, "delta", "tool_calls",
+                                call, "logprobs", "finish_reason"),
+                      out);
+}
+
 static bool chat_finish(hx_exchange *x, const hx_event *done, hx_http_buf *out)
 {
     return send_end(x, "chat.completion.chunk",
                     json_pack("{s:i, s:{}, s:n, s:s}", "index", 0, "delta", "logprobs",
-                              "finish_reason", finish_reason(done->stats.finish)),
+                              "finish_reason", finish_reason(x, done)),
                     done, out);
+}
+
+/* The assistant message: content (null when the reply is only calls), reasoning, tool_calls. */
+static json_t *chat_message(hx_exchange *x)
+{
+    const int32_t n_calls = x->calls ? hx_toolcall_count(x->calls) : 0;
+    json_t *content = x->text.len || !n_calls ? hx_json_text(x->text.data ? x->text.data : "",
+                                                             x->text.len)
+                                              : json_null();
+    json_t *m = json_pack("{s:s, s:o}", "role", "assistant", "content", content);
+    if (m && x->thinking.len) {
+        json_object_set_new(m, "reasoning_content", hx_json_text(x->thinking.data,
+                                                                 x->thinking.len));
+        json_object_set_new(m, "reasoning", hx_json_text(x->thinking.data, x->thinking.len));
+    }
+    json_t *calls = n_calls ? json_array() : NULL;
+    for (int32_t i = 0; calls && i < n_calls; i++) {
+        const hx_toolcall *tc = hx_toolcall_get(x->calls, i);
+        json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:s%}}", "id", tc->id, "type",
+                                               "function", "function", "name", tc->name,
+                                               "arguments", tc->arguments, tc->arguments_len));
+    }
+    if (m && calls) json_object_set_new(m, "tool_calls", calls);
+    return m;
 }
 
 static json_t *chat_body(hx_exchange *x, const hx_event *done)
@@ -542,10 +633,8 @@ static json_t *chat_body(hx_exchange *x, const hx_event *done)
             }
         lps = json_pack("{s:o}", "content", content);
     }
-    json_t *choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", 0, "message", "role",
-                               "assistant", "content",
-                               hx_json_text(x->text ? x->text : "", x->text_len), "logprobs", lps,
-                               "finish_reason", finish_reason(done->stats.finish));
+    json_t *choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", chat_message(x),
+                               "logprobs", lps, "finish_reason", finish_reason(x, done));
     json_t *body = envelope(x, "chat.completion", json_pack("[o]", choice));
     if (body && json_object_set_new(body, "usage", usage(&done->stats)) != 0) {
         json_decref(body);
@@ -554,8 +643,8 @@ static json_t *chat_body(hx_exchange *x, const hx_event *done)
     return body;
 }
 
-static const hx_wire chat_wire = {HX_API_OPENAI, "chatcmpl-", chat_open, chat_text, chat_finish,
-                                  chat_body};
+static const hx_wire chat_wire = {HX_API_OPENAI, "chatcmpl-", chat_open, chat_text,
+                                  chat_reasoning, chat_tool, chat_finish, chat_body, NULL};
 
 /* text_completion */
 
@@ -579,16 +668,16 @@ static bool text_finish(hx_exchange *x, const hx_event *done, hx_http_buf *out)
 {
     return send_end(x, "text_completion",
                     json_pack("{s:s, s:i, s:n, s:s}", "text", "", "index", 0, "logprobs",
-                              "finish_reason", finish_reason(done->stats.finish)),
+                              "finish_reason", finish_reason(x, done)),
                     done, out);
 }
 
 static json_t *text_body(hx_exchange *x, const hx_event *done)
 {
     json_t *choice = json_pack(
-        "{s:o, s:i, s:o, s:s}", "text", hx_json_text(x->text ? x->text : "", x->text_len),
+        "{s:o, s:i, s:o, s:s}", "text", hx_json_text(x->text.data ? x->text.data : "", x->text.len),
         "index", 0, "logprobs", x->opts.logprobs ? legacy_lp(x, x->lps, x->n_lps) : json_null(),
-        "finish_reason", finish_reason(done->stats.finish));
+        "finish_reason", finish_reason(x, done));
     json_t *body = envelope(x, "text_completion", json_pack("[o]", choice));
     if (body && json_object_set_new(body, "usage", usage(&done->stats)) != 0) {
         json_decref(body);
@@ -597,38 +686,19 @@ static json_t *text_body(hx_exchange *x, const hx_event *done)
     return body;
 }
 
-static const hx_wire text_wire = {HX_API_OPENAI, "cmpl-", text_open, text_text, text_finish,
-                                  text_body};
+static const hx_wire text_wire = {HX_API_OPENAI, "cmpl-", text_open, text_text, NULL, NULL,
+                                  text_finish, text_body, NULL};
 
 /* ---- handlers ---- */
 
-typedef hx_status (*parse_fn)(const hx_server *, const char *, size_t, hx_completion **,
-                              hx_reply_opts *, hx_err *);
-
-static void run(const hx_server *s, hx_http_req *req, hx_http_resp *resp, parse_fn parse,
-                const hx_wire *w)
-{
-    size_t len = 0;
-    const char *body = hx_http_req_body(req, &len);
-    hx_completion *c = NULL;
-    hx_reply_opts opts;
-    hx_err err = {0};
-    const hx_status st = parse(s, body, len, &c, &opts, &err);
-    if (st != HX_OK) {
-        hx_serve_error(HX_API_OPENAI, st, err.msg, opts.param, resp);
-        return;
-    }
-    hx_exchange_run(s, w, req, resp, c, &opts);
-}
-
 void hx_openai_chat(void *ctx, hx_http_req *req, hx_http_resp *resp)
 {
-    run(ctx, req, resp, hx_openai_parse_chat, &chat_wire);
+    hx_exchange_serve(ctx, req, resp, hx_openai_parse_chat, &chat_wire);
 }
 
 void hx_openai_completions(void *ctx, hx_http_req *req, hx_http_resp *resp)
 {
-    run(ctx, req, resp, hx_openai_parse_completions, &text_wire);
+    hx_exchange_serve(ctx, req, resp, hx_openai_parse_completions, &text_wire);
 }
 
 static json_t *model_object(const hx_server *s)

@@ -30,6 +30,9 @@ typedef struct {
     hx_kv_dtype kv;          /* KV cache storage: f16 (default), q8, q4 */
     bool        int8;        /* single-term int8 activations (faster, less exact) */
     bool        quiet;       /* no per-request log lines */
+    const char *chat_template_file; /* a Jinja chat template used instead of the model's */
+    int         thinking;    /* enable_thinking for requests that do not say: 1 on, 0 off, -1
+                              * (default) the template's own default */
     /* Sampling flags: they override the model's generation_config.json; requests override them */
     hx_sampling_flags sampling;
 } hx_serve_options;

@@ -10,8 +10,11 @@
 #include "engine/executor.h"
 #include "engine/fit.h"
 #include "format/model_files.h"
+#include "sample/grammar.h"
 #include "serve/http.h"
+#include "serve/reasoning.h"
 #include "serve/serve.h"
+#include "serve/toolcall.h"
 #include "template/jinja.h"
 
 typedef struct hx_server {
@@ -19,6 +22,8 @@ typedef struct hx_server {
     hx_model_files     *mf;         /* borrowed from the loaded model (server.c) */
     hx_tokenizer       *tok;
     hx_template        *tpl;        /* NULL: the model has no chat template */
+    hx_template        *own_tpl;    /* --chat-template-file's, owned (tpl points to it) */
+    char               *tpl_text;   /* the template's source (the model's, or the file's) */
     hx_executor        *ex;
     char                model_id[256]; /* the id in /v1/models and in every response */
     int64_t             created;    /* unix seconds at load */
@@ -28,7 +33,23 @@ typedef struct hx_server {
     double              t_start_ms; /* monotonic, at process start */
     hx_fit_report       fit;        /* the memory contract the server started under */
     uint64_t            cache_bytes; /* the prefix cache's cap, within the budget */
+    /* What the chat template does (chat.c, judged once at start from its text) */
+    hx_toolcall_family  tool_family; /* the markup the model writes tool calls in */
+    hx_reasoning_params reasoning;   /* its thinking tags (static strings) */
+    bool                thinks;      /* the template knows a thinking block: split replies */
+    bool                tpl_tools;   /* it renders the tools itself */
+    bool                tpl_tool_calls; /* it renders assistant tool_calls */
+    bool                tpl_tool_role;  /* it renders role "tool" messages */
+    hx_grammar_vocab   *gvocab;      /* the tokenizer's bytes, for grammar masks */
+    struct hx_grammar_cache *grammars; /* compiled grammars by text (its own lock) */
+    struct hx_response_store *responses; /* stored Responses API replies (its own lock) */
 } hx_server;
+
+/* ---- chat.c: the chat side of the server ---- */
+/* Judges the template text tpl (may be NULL) and the architecture arch, builds the grammar
+ * vocabulary and cache and the Responses API's store. HX_E_NOMEM. Release with hx_server_chat_close (also after failure). */
+hx_status hx_server_chat_open(hx_server *s, const char *tpl, const char *arch, hx_err *err);
+void      hx_server_chat_close(hx_server *s);
 
 /* ---- routes.c: operations and the chat page ---- */
 void hx_route_health(void *ctx, hx_http_req *req, hx_http_resp *resp);

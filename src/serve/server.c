@@ -12,7 +12,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/alloc.h"
 #include "base/clock.h"
+#include "base/mapfile.h"
 #include "backend/cpu/cpu_backend.h"
 #include "engine/model_load.h"
 #include "serve/adapter.h"
@@ -22,7 +24,7 @@ hx_serve_options hx_serve_options_default(void)
 {
     return (hx_serve_options){.host = "127.0.0.1", .port = 8080, .max_body = 16u << 20,
                               .max_queue = 64, .timeout_s = 60, .max_tokens = 512,
-                              .n_batch = 8, .prompt_cache_gb = 2.0};
+                              .n_batch = 8, .prompt_cache_gb = 2.0, .thinking = -1};
 }
 
 /* Every route of the server (STYLE 55). /v1 routes need the API key when one is set; the page,
@@ -40,6 +42,9 @@ static const hx_http_route routes[] = {
     {"POST", "/v1/completions",            hx_openai_completions,     true},
     {"POST", "/v1/messages",               hx_anthropic_messages,     true},
     {"POST", "/v1/messages/count_tokens",  hx_anthropic_count_tokens, true},
+    {"POST", "/v1/responses",              hx_responses_create,       true},
+    {"GET",  "/v1/responses/*",            hx_responses_get,          true},
+    {"DELETE", "/v1/responses/*",          hx_responses_delete,       true},
     {"GET",  "/models",                    hx_openai_models,          true},
     {"POST", "/chat/completions",          hx_openai_chat,            true},
     {"POST", "/completions",               hx_openai_completions,     true},
@@ -74,6 +79,9 @@ static void model_id(const char *path, char *out, size_t cap)
 static void server_free(hx_server *s, hx_loaded_model *m)
 {
     hx_executor_close(s->ex);
+    hx_server_chat_close(s);
+    hx_template_free(s->own_tpl);
+    hx_free(s->tpl_text);
     hx_loaded_model_close(m);
 }
 
@@ -113,6 +121,28 @@ static hx_status admit_memory(hx_server *s, hx_err *err)
     return HX_OK;
 }
 
+/* --chat-template-file: the file's template replaces the model's. */
+static hx_status own_template(hx_server *s, const char *path, hx_err *err)
+{
+    hx_mapped f = {0};
+    hx_status st = hx_map_file(path, &f, err);
+    if (st != HX_OK) return st;
+    s->tpl_text = hx_alloc(f.size + 1);
+    if (!s->tpl_text) {
+        hx_unmap(&f);
+        return hx_err_set(err, HX_E_NOMEM, "out of memory");
+    }
+    memcpy(s->tpl_text, f.data, f.size);
+    s->tpl_text[f.size] = '\0';
+    hx_unmap(&f);
+    hx_err terr = {0};
+    st = hx_template_compile(s->tpl_text, strlen(s->tpl_text), &s->own_tpl, &terr);
+    if (st != HX_OK)
+        return hx_err_set(err, st, "--chat-template-file %s: %s", path, terr.msg);
+    s->tpl = s->own_tpl;
+    return HX_OK;
+}
+
 static hx_status server_load(hx_server *s, hx_loaded_model *m, hx_err *err)
 {
     const hx_serve_options *o = &s->opts;
@@ -123,6 +153,13 @@ static hx_status server_load(hx_server *s, hx_loaded_model *m, hx_err *err)
     model_id(m->path, s->model_id, sizeof s->model_id);
     s->n_ctx = o->n_ctx > 0 ? o->n_ctx : hx_sequence_default_ctx(&s->mf->hp);
     if ((st = admit_memory(s, err)) != HX_OK) return st;
+    if (o->chat_template_file && (st = own_template(s, o->chat_template_file, err)) != HX_OK)
+        return st;
+    if (!s->own_tpl && s->tpl && s->mf->chat_template &&
+        !(s->tpl_text = hx_strdup(s->mf->chat_template)))
+        return hx_err_set(err, HX_E_NOMEM, "out of memory");
+    st = hx_server_chat_open(s, s->tpl_text, s->mf->hp.arch, err);
+    if (st != HX_OK) return st;
     const uint64_t block_bytes = 16 * s->fit.kv_bytes_per_token;
     const hx_executor_params ep = {.n_ctx = s->n_ctx, .n_batch = o->n_batch,
                                    .step_tokens = o->step_tokens,
@@ -143,6 +180,7 @@ int hx_serve_run(const hx_serve_options *o)
     hx_loaded_model m = {0};
     hx_err err = {0};
     hx_http *http = NULL;
+    hx_http_config cfg = {0}; /* read by the HTTP threads until hx_http_close */
 
     sigset_t stop;
     sigemptyset(&stop);
@@ -153,7 +191,7 @@ int hx_serve_run(const hx_serve_options *o)
 
     hx_status st = server_load(&s, &m, &err);
     if (st == HX_OK) {
-        const hx_http_config cfg = {
+        cfg = (hx_http_config){
             .host = o->host ? o->host : "127.0.0.1", .port = o->port, .max_body = o->max_body,
             .timeout_s = o->timeout_s, .max_connections = 1024, .api_key = o->api_key,
             .routes = routes, .n_routes = (int)HX_COUNTOF(routes), .error = hx_serve_http_error,

@@ -413,26 +413,6 @@ static int scan_mistral(hx_toolcall_parser *tp, const char *s, size_t n, size_t 
     return add_call(tp, s + name0, name1 - name0, args);
 }
 
-#define DS_CALLS_BEGIN                                                                             \
-    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
-    "calls\xe2\x96\x81"                                                                            \
-    "begin\xef\xbd\x9c>"
-#define DS_CALLS_END                                                                               \
-    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
-    "calls\xe2\x96\x81"                                                                            \
-    "end\xef\xbd\x9c>"
-#define DS_CALL_BEGIN                                                                              \
-    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
-    "call\xe2\x96\x81"                                                                             \
-    "begin\xef\xbd\x9c>"
-#define DS_CALL_END                                                                                \
-    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
-    "call\xe2\x96\x81"                                                                             \
-    "end\xef\xbd\x9c>"
-#define DS_SEP                                                                                     \
-    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
-    "sep\xef\xbd\x9c>"
-
 /* s[0..n) without surrounding whitespace and, when present, a ```json ... ``` fence. */
 static void unfence(const char **s, size_t *n)
 {
@@ -452,23 +432,23 @@ static void unfence(const char **s, size_t *n)
  * <｜tool▁calls▁end｜>, where V3.1 writes N<｜tool▁sep｜>A instead. */
 static int scan_deepseek(hx_toolcall_parser *tp, const char *s, size_t n, size_t *used)
 {
-    const size_t    k = strlen(DS_CALLS_BEGIN);
-    const ptrdiff_t e = find_from(s, n, k, DS_CALLS_END);
+    const size_t    k = strlen(HX_DS_CALLS_BEGIN);
+    const ptrdiff_t e = find_from(s, n, k, HX_DS_CALLS_END);
     if (e < 0) return SCAN_MORE;
-    *used = (size_t)e + strlen(DS_CALLS_END);
+    *used = (size_t)e + strlen(HX_DS_CALLS_END);
     size_t       i = k;
     const size_t stop = (size_t)e;
     int          r = SCAN_BAD;
     for (;;) {
         i = skip_ws(s, stop, i);
         if (i == stop) break;
-        if (!starts(s + i, stop - i, DS_CALL_BEGIN)) return SCAN_BAD;
-        i += strlen(DS_CALL_BEGIN);
-        const ptrdiff_t sep = find_from(s, stop, i, DS_SEP);
-        const ptrdiff_t ce = find_from(s, stop, i, DS_CALL_END);
+        if (!starts(s + i, stop - i, HX_DS_CALL_BEGIN)) return SCAN_BAD;
+        i += strlen(HX_DS_CALL_BEGIN);
+        const ptrdiff_t sep = find_from(s, stop, i, HX_DS_SEP);
+        const ptrdiff_t ce = find_from(s, stop, i, HX_DS_CALL_END);
         if (sep < 0 || ce < 0 || sep > ce) return SCAN_BAD;
-        const char *head = s + i, *body = s + sep + strlen(DS_SEP);
-        size_t      head_len = (size_t)sep - i, body_len = (size_t)(ce - sep) - strlen(DS_SEP);
+        const char *head = s + i, *body = s + sep + strlen(HX_DS_SEP);
+        size_t      head_len = (size_t)sep - i, body_len = (size_t)(ce - sep) - strlen(HX_DS_SEP);
         const char *name = head;
         size_t      name_len = head_len;
         if (head_len == 8 && memcmp(head, "function", 8) == 0) {
@@ -491,7 +471,7 @@ static int scan_deepseek(hx_toolcall_parser *tp, const char *s, size_t n, size_t
         }
         r = add_call(tp, name, name_len, args);
         if (r != SCAN_DONE) return r;
-        i = (size_t)ce + strlen(DS_CALL_END);
+        i = (size_t)ce + strlen(HX_DS_CALL_END);
     }
     return r;
 }
@@ -632,7 +612,7 @@ static const family_def families[HX_TOOLCALL_COUNT] = {
     [HX_TOOLCALL_LLAMA3]      = {"llama3",      {{"<|python_tag|>", scan_llama}},  1, '{', true},
     [HX_TOOLCALL_MISTRAL]     = {"mistral",     {{"[TOOL_CALLS]", scan_mistral}},  1, 0,   false},
     [HX_TOOLCALL_GEMMA]       = {"gemma",       {{"```tool_code", scan_gemma}},    1, 0,   false},
-    [HX_TOOLCALL_DEEPSEEK_V3] = {"deepseek_v3", {{DS_CALLS_BEGIN, scan_deepseek}}, 1, 0,   false},
+    [HX_TOOLCALL_DEEPSEEK_V3] = {"deepseek_v3", {{HX_DS_CALLS_BEGIN, scan_deepseek}}, 1, 0,   false},
     [HX_TOOLCALL_PYTHONIC]    = {"pythonic",    {{NULL, NULL}},                    0, '[', false},
 };
 /* clang-format on */

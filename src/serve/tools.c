@@ -24,27 +24,6 @@
 #include "base/alloc.h"
 #include "sample/json_schema.h"
 
-/* DeepSeek V3's markers (fullwidth bars and U+2581), as toolcall.c spells them. */
-#define DS_CALLS_BEGIN                                                                             \
-    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
-    "calls\xe2\x96\x81"                                                                            \
-    "begin\xef\xbd\x9c>"
-#define DS_CALLS_END                                                                               \
-    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
-    "calls\xe2\x96\x81"                                                                            \
-    "end\xef\xbd\x9c>"
-#define DS_CALL_BEGIN                                                                              \
-    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
-    "call\xe2\x96\x81"                                                                             \
-    "begin\xef\xbd\x9c>"
-#define DS_CALL_END                                                                                \
-    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
-    "call\xe2\x96\x81"                                                                             \
-    "end\xef\xbd\x9c>"
-#define DS_SEP                                                                                     \
-    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
-    "sep\xef\xbd\x9c>"
-
 /* ---- text buffer ---- */
 
 /* A growing NUL-terminated string. An allocation failure is sticky: later appends do nothing
@@ -492,10 +471,10 @@ static const family_grammar family_grammars[HX_TOOLCALL_COUNT] = {
                              "\"\\n```\""}},
                            1, "\"@K=\" @V", "\", \"", false},
     /* V3 names the function after the separator and fences the JSON; V3.1 does neither. */
-    [HX_TOOLCALL_DEEPSEEK_V3] = {{{"\"" DS_CALLS_BEGIN "\"",
-                                   "\"" DS_CALL_BEGIN "\" (\"function" DS_SEP "@N\\n```json\\n\" "
-                                   "@A \"\\n```\" | \"@N" DS_SEP "\" @A) \"" DS_CALL_END "\"",
-                                   "\"\\n\"?", "\"" DS_CALLS_END "\""}},
+    [HX_TOOLCALL_DEEPSEEK_V3] = {{{"\"" HX_DS_CALLS_BEGIN "\"",
+                                   "\"" HX_DS_CALL_BEGIN "\" (\"function" HX_DS_SEP "@N\\n```json\\n\" "
+                                   "@A \"\\n```\" | \"@N" HX_DS_SEP "\" @A) \"" HX_DS_CALL_END "\"",
+                                   "\"\\n\"?", "\"" HX_DS_CALLS_END "\""}},
                                  1, NULL, NULL, false},
     [HX_TOOLCALL_PYTHONIC] = {{{"\"[\"", "\"@N(\" @A \")\"", "\", \"", "\"]\""}},
                               1, "\"@K=\" @V", "\", \"", false},
@@ -1044,13 +1023,13 @@ static void write_calls(tbuf *b, hx_toolcall_family f, json_t *calls)
     static const char *const begin[HX_TOOLCALL_COUNT] = {
         [HX_TOOLCALL_MISTRAL] = "[TOOL_CALLS][",
         [HX_TOOLCALL_GEMMA] = "```tool_code\n",
-        [HX_TOOLCALL_DEEPSEEK_V3] = DS_CALLS_BEGIN,
+        [HX_TOOLCALL_DEEPSEEK_V3] = HX_DS_CALLS_BEGIN,
         [HX_TOOLCALL_PYTHONIC] = "[",
     };
     static const char *const end[HX_TOOLCALL_COUNT] = {
         [HX_TOOLCALL_MISTRAL] = "]",
         [HX_TOOLCALL_GEMMA] = "\n```",
-        [HX_TOOLCALL_DEEPSEEK_V3] = DS_CALLS_END,
+        [HX_TOOLCALL_DEEPSEEK_V3] = HX_DS_CALLS_END,
         [HX_TOOLCALL_PYTHONIC] = "]",
     };
     const bool list = f == HX_TOOLCALL_MISTRAL || f == HX_TOOLCALL_PYTHONIC;
@@ -1087,11 +1066,11 @@ static void write_calls(tbuf *b, hx_toolcall_family f, json_t *calls)
             tb_str(b, ")");
             break;
         case HX_TOOLCALL_DEEPSEEK_V3:
-            tb_str(b, DS_CALL_BEGIN "function" DS_SEP);
+            tb_str(b, HX_DS_CALL_BEGIN "function" HX_DS_SEP);
             tb_str(b, json_string_value(name));
             tb_str(b, "\n```json\n");
             tb_json(b, args);
-            tb_str(b, "\n```" DS_CALL_END);
+            tb_str(b, "\n```" HX_DS_CALL_END);
             break;
         case HX_TOOLCALL_COUNT:
             HX_ASSERT(!"family checked by the caller");
@@ -1129,11 +1108,11 @@ static const struct {
     [HX_TOOLCALL_GEMMA] = {"```tool_code\nTOOL_NAME(ARGUMENT_NAME=VALUE, ...)\n```",
                            "Write each value as JSON. To call several tools, write one call per "
                            "line inside the block."},
-    [HX_TOOLCALL_DEEPSEEK_V3] = {DS_CALLS_BEGIN DS_CALL_BEGIN
-                                 "function" DS_SEP "TOOL_NAME\n"
-                                 "```json\n{ARGUMENTS}\n```" DS_CALL_END DS_CALLS_END,
-                                 "To call several tools, repeat the part from " DS_CALL_BEGIN
-                                 " to " DS_CALL_END " once per call, each on its own line."},
+    [HX_TOOLCALL_DEEPSEEK_V3] = {HX_DS_CALLS_BEGIN HX_DS_CALL_BEGIN
+                                 "function" HX_DS_SEP "TOOL_NAME\n"
+                                 "```json\n{ARGUMENTS}\n```" HX_DS_CALL_END HX_DS_CALLS_END,
+                                 "To call several tools, repeat the part from " HX_DS_CALL_BEGIN
+                                 " to " HX_DS_CALL_END " once per call, each on its own line."},
     [HX_TOOLCALL_PYTHONIC] = {"[TOOL_NAME(ARGUMENT_NAME=VALUE, ...)]",
                               "Write each value as JSON. To call several tools, put all the calls "
                               "in the one list, separated by \", \"."},

@@ -1,7 +1,7 @@
 /* fuzz_adapters.c - libFuzzer target for the protocol adapters' request parsing (src/serve).
  *
  * Each input is a request body handed to every production parse entry point: OpenAI chat and
- * completions, Anthropic messages and count_tokens. They run over a fake server: a tiny
+ * completions, Anthropic messages and count_tokens, Responses. They run over a fake server: a tiny
  * byte-level tokenizer (the 256 GPT-2 byte characters plus ChatML's special tokens, built once)
  * and a compiled ChatML template, with a small context so the context check is reached. What must
  * hold: a success yields a prompt inside the context and the vocabulary, a failure says why and
@@ -74,12 +74,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *body = (const char *)data;
     hx_status (*const parse[])(const hx_server *, const char *, size_t, hx_completion **,
                                hx_reply_opts *, hx_err *) = {
-        hx_openai_parse_chat, hx_openai_parse_completions, hx_anthropic_parse_messages};
+        hx_openai_parse_chat, hx_openai_parse_completions, hx_anthropic_parse_messages,
+        hx_responses_parse};
     for (size_t k = 0; k < sizeof parse / sizeof parse[0]; k++) {
         hx_completion *c = NULL;
         hx_reply_opts o;
         hx_err err = {0};
         const hx_status st = parse[k](s, body, size, &c, &o, &err);
+        if (st == HX_OK && parse[k] == hx_responses_parse) hx_responses_state_free(o.wire_state);
         check(s, st, c, &o, &err);
     }
     hx_reply_opts o;

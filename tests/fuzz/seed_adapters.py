@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """seed_adapters.py - writes a seed corpus for fuzz_adapters into the directory given as argv[1].
 
-Request bodies for the OpenAI (chat, completions) and Anthropic (messages, count_tokens) parsers:
+Request bodies for the OpenAI (chat, completions, responses) and Anthropic (messages, count_tokens)
+parsers:
 valid ones that use every supported field, and broken ones next to each error path (wrong types,
 out-of-range numbers, bad roles and content blocks, bad logit_bias, unsupported features,
 malformed JSON, invalid UTF-8). Every body goes to every parser, so one corpus serves all four.
@@ -40,6 +41,44 @@ def seeds():
     yield "chat_long", {"messages": [{"role": "user", "content": "word " * 40}]}
     yield "chat_tools", {"messages": USER, "tools": [{"type": "function",
                                                       "function": {"name": "f"}}]}
+    fn = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 8},
+                                         "n": {"type": "integer"}}, "required": ["city"]}}}
+    yield "chat_tool_required", {"messages": USER, "tools": [fn], "tool_choice": "required",
+                                 "parallel_tool_calls": True}
+    yield "chat_tool_named", {"messages": USER, "tools": [fn], "tool_choice": {
+        "type": "function", "function": {"name": "get_weather"}}}
+    yield "chat_tool_history", {"messages": USER + [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "rain"}], "tools": [fn]}
+    yield "chat_json_schema", {"messages": USER, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "type": "object", "properties": {"a": {"enum": [1, "b"]}, "b": {"$ref": "#/$defs/d"}},
+            "$defs": {"d": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2}}}}}}
+    yield "chat_json_object", {"messages": USER, "response_format": {"type": "json_object"},
+                               "reasoning_effort": "none",
+                               "chat_template_kwargs": {"enable_thinking": False}}
+    yield "anthropic_tools", {"max_tokens": 4, "tools": [
+        {"name": "f", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}],
+        "tool_choice": {"type": "any"}, "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "messages": USER + [
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm"},
+                                              {"type": "tool_use", "id": "t1", "name": "f",
+                                               "input": {"q": "x"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                          "content": [{"type": "text", "text": "ok"}],
+                                          "is_error": True}]}]}
+    yield "responses_full", {
+        "model": "m", "instructions": "be brief", "max_output_tokens": 8, "store": False,
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+                  {"type": "function_call", "call_id": "c1", "name": "get_weather",
+                   "arguments": "{}"},
+                  {"type": "function_call_output", "call_id": "c1", "output": "rain"}],
+        "tools": [{"type": "function", "name": "get_weather", "parameters": fn["function"][
+            "parameters"]}], "tool_choice": "required", "text": {"format": {"type": "json_object"}},
+        "reasoning": {"effort": "none"}, "metadata": {"k": "v"}, "stream": True}
+    yield "responses_str", {"input": "hello", "previous_response_id": "resp_unknown"}
     yield "completion_str", {"prompt": "Once upon", "max_tokens": 4, "logprobs": 2, "echo": False,
                              "suffix": None, "stop": "\n"}
     yield "completion_ids", {"prompt": [72, 105, 257], "stream": True}

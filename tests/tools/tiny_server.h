@@ -55,6 +55,7 @@ static inline bool tiny_server_open(hx_server *s, int32_t n_ctx, int32_t max_tok
     hx_status st = hx_tokenizer_open_json_memory(text, strlen(text), "tiny", &s->tok, err);
     free(text);
     if (st == HX_OK) st = hx_template_compile(tiny_chatml, strlen(tiny_chatml), &s->tpl, err);
+    if (st == HX_OK) st = hx_server_chat_open(s, tiny_chatml, "llama", err);
     if (st != HX_OK) return false;
     snprintf(s->model_id, sizeof s->model_id, "tiny-model");
     s->created = 1700000000;
@@ -63,11 +64,13 @@ static inline bool tiny_server_open(hx_server *s, int32_t n_ctx, int32_t max_tok
     s->sampling = hx_sampling_default();
     s->sampling.seed = 42;
     s->opts.sampling.seed_set = true;
+    s->opts.thinking = -1;
     return true;
 }
 
 static inline void tiny_server_close(hx_server *s)
 {
+    hx_server_chat_close(s);
     hx_template_free(s->tpl);
     hx_tokenizer_close(s->tok);
     memset(s, 0, sizeof *s);

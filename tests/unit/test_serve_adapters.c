@@ -328,15 +328,132 @@ static int test_unsupported_features_are_refused_clearly(void)
                 "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"blob\"}]}]}",
                 HX_E_INVALID, "unknown type \"blob\"", "messages");
     EXPECT_FAIL(hx_openai_parse_chat,
-                "{" MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
-                HX_E_UNSUPPORTED, "tools", "tools");
-    EXPECT_FAIL(hx_openai_parse_chat, "{" MSGS ",\"response_format\":{\"type\":\"json_object\"}}",
-                HX_E_UNSUPPORTED, "json_object", "response_format");
+                "{" MSGS ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+                "{\"name\":\"x\",\"schema\":{\"type\":\"object\",\"patternProperties\":{}}}}}",
+                HX_E_UNSUPPORTED, "patternProperties", "response_format");
+    EXPECT_FAIL(hx_openai_parse_chat, "{" MSGS ",\"response_format\":{\"type\":\"xml\"}}",
+                HX_E_INVALID, "\"xml\"", "response_format");
+    EXPECT_FAIL(hx_openai_parse_chat,
+                "{" MSGS ",\"functions\":[{\"name\":\"f\"}]}", HX_E_UNSUPPORTED, "send tools",
+                "functions");
     hx_reply_opts o;
     hx_err err = {0};
     CHECK_EQ(parse(hx_openai_parse_chat,
                    "{" MSGS ",\"tools\":[],\"response_format\":{\"type\":\"text\"}}", NULL, &o,
                    &err), HX_OK);
+    CHECK(!o.tools);
+    fx_close();
+    return 0;
+}
+
+#define TOOL_F "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":" \
+               "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}," \
+               "\"required\":[\"city\"]}}}"
+
+/* The tiny template does not show tools: they are described in the system message, and the
+ * reply is parsed for calls. tool_choice "required" and structured output attach a grammar. */
+static int test_chat_tools_and_formats_set_up_the_reply(void)
+{
+    OPEN();
+    srv.n_ctx = 4096; /* one token per byte: the tools' description is long */
+    hx_completion *c = NULL;
+    hx_reply_opts o;
+    hx_err err = {0};
+    CHECK_EQ(parse(hx_openai_parse_chat, "{" MSGS ",\"tools\":[" TOOL_F "]}", &c, &o, &err),
+             HX_OK);
+    CHECK(o.tools);
+    CHECK(strstr(prompt_text(c), "<|im_start|>system\n") != NULL);
+    CHECK(strstr(prompt_text(c), "get_weather") != NULL);
+    CHECK(c->grammar == NULL); /* auto: the model may answer in words */
+    hx_completion_free(c);
+
+    CHECK_EQ(parse(hx_openai_parse_chat,
+                   "{" MSGS ",\"tools\":[" TOOL_F "],\"tool_choice\":\"required\"}", &c, &o,
+                   &err), HX_OK);
+    CHECK(c->grammar != NULL && c->gp.sampling.grammar == c->grammar);
+    CHECK(c->gp.sampling.grammar_vocab == srv.gvocab && !c->gp.sampling.grammar_lazy);
+    hx_completion_free(c);
+
+    CHECK_EQ(parse(hx_openai_parse_chat,
+                   "{" MSGS ",\"tools\":[" TOOL_F "],\"tool_choice\":\"none\"}", &c, &o, &err),
+             HX_OK);
+    CHECK(!o.tools && c->grammar == NULL);
+    CHECK(strstr(prompt_text(c), "get_weather") == NULL);
+    hx_completion_free(c);
+
+    CHECK_EQ(parse(hx_openai_parse_chat, "{" MSGS ",\"response_format\":{\"type\":\"json_object\"}}",
+                   &c, &o, &err), HX_OK);
+    CHECK(c->grammar != NULL && !o.tools);
+    hx_completion_free(c);
+
+    EXPECT_FAIL(hx_openai_parse_chat,
+                "{" MSGS ",\"tools\":[" TOOL_F "],\"tool_choice\":{\"type\":\"function\","
+                "\"function\":{\"name\":\"nope\"}}}",
+                HX_E_INVALID, "nope", "tool_choice.function.name");
+    fx_close();
+    return 0;
+}
+
+/* Other servers' structured-output fields: one at a time, each attaching a grammar; a malformed
+ * grammar is the request's fault and names its field. */
+static int test_other_servers_structured_fields(void)
+{
+    OPEN();
+    hx_completion *c = NULL;
+    hx_reply_opts o;
+    hx_err err = {0};
+    CHECK_EQ(parse(hx_openai_parse_chat, "{" MSGS ",\"guided_choice\":[\"a\\\"b\",\"c\"]}", &c, &o,
+                   &err), HX_OK);
+    CHECK(c->grammar != NULL);
+    hx_grammar_state *g = hx_grammar_start(c->grammar);
+    CHECK(hx_grammar_accept_bytes(g, "a\"b", 3) && hx_grammar_done(g));
+    hx_grammar_state_free(g);
+    hx_completion_free(c);
+    CHECK_EQ(parse(hx_openai_parse_completions,
+                   "{\"prompt\":\"x\",\"grammar\":\"root ::= [0-9]+\"}", &c, &o, &err), HX_OK);
+    CHECK(c->grammar != NULL && c->gp.sampling.grammar == c->grammar);
+    hx_completion_free(c);
+    CHECK_EQ(parse(hx_openai_parse_chat,
+                   "{" MSGS ",\"structured_outputs\":{\"json\":\"{\\\"type\\\":\\\"integer\\\"}\"}}",
+                   &c, &o, &err), HX_OK);
+    CHECK(c->grammar != NULL);
+    hx_completion_free(c);
+    EXPECT_FAIL(hx_openai_parse_chat,
+                "{" MSGS ",\"guided_choice\":[\"a\"],\"response_format\":{\"type\":\"json_object\"}}",
+                HX_E_INVALID, "both ask for structured output", "guided_choice");
+    EXPECT_FAIL(hx_openai_parse_chat, "{" MSGS ",\"guided_choice\":[]}", HX_E_INVALID,
+                "non-empty array of strings", "guided_choice");
+    EXPECT_FAIL(hx_openai_parse_completions, "{\"prompt\":\"x\",\"grammar\":\"root ::= (\"}",
+                HX_E_INVALID, "grammar:", "grammar");
+    EXPECT_FAIL(hx_openai_parse_chat, "{" MSGS ",\"guided_regex\":\"[0-9]+\"}", HX_E_UNSUPPORTED,
+                "regular expressions", "guided_regex");
+    fx_close();
+    return 0;
+}
+
+/* A conversation with calls and results renders through a template that knows neither: the
+ * call is written in the model's markup and the result as a user turn. */
+static int test_chat_tool_history_is_folded_for_plain_templates(void)
+{
+    OPEN();
+    srv.n_ctx = 4096; /* one token per byte: the tools' description is long */
+    hx_completion *c = NULL;
+    hx_reply_opts o;
+    hx_err err = {0};
+    CHECK_EQ(parse(hx_openai_parse_chat,
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"weather in Oslo?\"},"
+                   "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_1\","
+                   "\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":"
+                   "\"{\\\"city\\\":\\\"Oslo\\\"}\"}}]},"
+                   "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"7 C, rain\"}],"
+                   "\"tools\":[" TOOL_F "]}",
+                   &c, &o, &err), HX_OK);
+    const char *t = prompt_text(c);
+    CHECK(strstr(t, "get_weather") != NULL);
+    CHECK(strstr(t, "Oslo") != NULL);
+    CHECK(strstr(t, "7 C, rain") != NULL);
+    CHECK(strstr(t, "<|im_start|>tool") == NULL);
+    hx_completion_free(c);
     fx_close();
     return 0;
 }
@@ -474,8 +591,11 @@ static int test_anthropic_bad_requests_are_invalid_or_unsupported(void)
                 "messages");
     EXPECT_FAIL(hx_anthropic_parse_messages, "{" AMSG ",\"stop_sequences\":\"x\"}", HX_E_INVALID,
                 "stop_sequences must be an array of strings", "stop_sequences");
-    EXPECT_FAIL(hx_anthropic_parse_messages, "{" AMSG ",\"tools\":[{\"name\":\"f\"}]}",
-                HX_E_UNSUPPORTED, "tools", "tools");
+    EXPECT_FAIL(hx_anthropic_parse_messages,
+                "{" AMSG ",\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"web_search\"}]}",
+                HX_E_UNSUPPORTED, "web_search_20250305", "tools[0].type");
+    EXPECT_FAIL(hx_anthropic_parse_messages, "{" AMSG ",\"thinking\":{\"type\":\"maybe\"}}",
+                HX_E_INVALID, "thinking.type", "thinking");
     EXPECT_FAIL(hx_anthropic_parse_messages, "{" AMSG ",\"system\":5}", HX_E_INVALID,
                 "system: expected a string or an array", "system");
     fx_close();
@@ -662,6 +782,10 @@ static const check_case cases[] = {
     { "anthropic_missing_max_tokens_is_an_error", test_anthropic_missing_max_tokens_is_an_error },
     { "anthropic_bad_requests_are_invalid_or_unsupported", test_anthropic_bad_requests_are_invalid_or_unsupported },
     { "count_tokens_counts_the_rendered_prompt", test_count_tokens_counts_the_rendered_prompt },
+    { "chat_tools_and_formats_set_up_the_reply", test_chat_tools_and_formats_set_up_the_reply },
+    { "other_servers_structured_fields", test_other_servers_structured_fields },
+    { "chat_tool_history_is_folded_for_plain_templates",
+      test_chat_tool_history_is_folded_for_plain_templates },
     { "error_bodies_have_each_api_shape_and_status", test_error_bodies_have_each_api_shape_and_status },
     { "http_layer_errors_follow_the_path", test_http_layer_errors_follow_the_path },
     { "errors_after_a_stream_began_are_one_event", test_errors_after_a_stream_began_are_one_event },
