@@ -154,6 +154,9 @@ void        hx_chat_req_clear(hx_chat_req *cr); /* releases tools and owned */
  * grammar (llama-server), guided_json, guided_regex, guided_choice, guided_grammar and
  * structured_outputs {json, regex, choice, grammar} (vLLM). Two of them at once is HX_E_INVALID. */
 hx_status hx_parse_structured(hx_parse *p, hx_chat_req *cr);
+/* A reasoning effort v (absent, null, or "none" / "minimal" / ... ; param names the field):
+ * "none" turns thinking off, any other level on. */
+hx_status hx_parse_effort(hx_parse *p, json_t *v, const char *param, hx_chat_req *cr);
 /* Puts the grammar cr asks for (if any) on c, for a raw prompt: /v1/completions. Unsupported
  * schema or regex features are HX_E_UNSUPPORTED naming them; a malformed grammar HX_E_INVALID. */
 hx_status hx_parse_format(hx_parse *p, const hx_chat_req *cr, hx_completion *c);

@@ -347,9 +347,11 @@ hx_status hx_anthropic_parse_count_tokens(const hx_server *s, const char *body, 
 /* ---- formatting ---- */
 
 /* stop_reason and stop_sequence of a finished reply. */
-static const char *stop_reason(const hx_exchange *x, const hx_gen_stats *st, json_t **sequence)
+static const char *stop_reason(const hx_exchange *x, const hx_event *done, json_t **sequence)
 {
+    const hx_gen_stats *st = &done->stats;
     *sequence = json_null();
+    if (hx_exchange_called_tools(x, done)) return "tool_use";
     if (st->finish == HX_FINISH_LENGTH) return "max_tokens";
     if (st->finish == HX_FINISH_STOP && st->stop_index >= 0 && st->stop_index < x->n_stop) {
         json_decref(*sequence);
@@ -468,17 +470,18 @@ static bool msg_tool(hx_exchange *x, const hx_toolcall_event *ev, hx_http_buf *o
 static bool msg_finish(hx_exchange *x, const hx_event *done, hx_http_buf *out)
 {
     json_t *seq;
-    const char *reason = hx_exchange_called_tools(x, done) ? "tool_use"
-                                                           : stop_reason(x, &done->stats, &seq);
-    if (strcmp(reason, "tool_use") == 0) seq = json_null();
+    const char *reason = stop_reason(x, done, &seq);
     /* A reply with no content at all still has one (empty) text block, as the API's have. */
     const bool ok = (x->block > 0 || open_block(x, BLOCK_TEXT,
                                                 json_pack("{s:s, s:s}", "type", "text", "text",
                                                           ""),
                                                 out)) &&
                     close_block(x, out);
-    return ok &&
-           hx_sse_json(out, "message_delta",
+    if (!ok) {
+        json_decref(seq);
+        return false;
+    }
+    return hx_sse_json(out, "message_delta",
                        json_pack("{s:s, s:{s:s, s:o}, s:o}", "type", "message_delta", "delta",
                                  "stop_reason", reason, "stop_sequence", seq, "usage",
                                  usage(&done->stats))) &&
@@ -512,12 +515,7 @@ static json_t *msg_content(hx_exchange *x)
 static json_t *msg_body(hx_exchange *x, const hx_event *done)
 {
     json_t *seq;
-    const char *reason = stop_reason(x, &done->stats, &seq);
-    if (hx_exchange_called_tools(x, done)) {
-        reason = "tool_use";
-        json_decref(seq);
-        seq = json_null();
-    }
+    const char *reason = stop_reason(x, done, &seq);
     return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o, s:o}", "id", x->id, "type", "message",
                      "role", "assistant", "model", x->s->model_id, "content", msg_content(x),
                      "stop_reason", reason, "stop_sequence", seq, "usage", usage(&done->stats));

@@ -361,6 +361,20 @@ hx_status hx_parse_structured(hx_parse *p, hx_chat_req *cr)
     return HX_OK;
 }
 
+hx_status hx_parse_effort(hx_parse *p, json_t *v, const char *param, hx_chat_req *cr)
+{
+    char got[48];
+    if (!v || json_is_null(v)) return HX_OK;
+    if (!json_is_string(v)) {
+        hx_parse_describe(v, got, sizeof got);
+        return hx_parse_fail(p, HX_E_INVALID, param,
+                             "%s must be a string (none, minimal, low, medium, high), got %s",
+                             param, got);
+    }
+    cr->thinking = strcmp(json_string_value(v), "none") != 0;
+    return HX_OK;
+}
+
 hx_status hx_parse_format(hx_parse *p, const hx_chat_req *cr, hx_completion *c)
 {
     hx_err terr = {0};

@@ -172,14 +172,8 @@ static hx_status chat_extras(hx_parse *p, hx_chat_req *cr)
     if ((st = hx_parse_bool(p, r, "parallel_tool_calls", &cr->parallel))) return st;
 
     if ((st = hx_parse_structured(p, cr))) return st;
-    json_t *effort = field(r, "reasoning_effort");
-    if (effort && !json_is_string(effort)) {
-        hx_parse_describe(effort, got, sizeof got);
-        return hx_parse_fail(p, HX_E_INVALID, "reasoning_effort",
-                             "reasoning_effort must be a string (none, minimal, low, medium, "
-                             "high), got %s", got);
-    }
-    if (effort) cr->thinking = strcmp(json_string_value(effort), "none") != 0;
+    if ((st = hx_parse_effort(p, field(r, "reasoning_effort"), "reasoning_effort", cr)))
+        return st;
     cr->kwargs = field(r, "chat_template_kwargs");
     if (cr->kwargs && !json_is_object(cr->kwargs)) {
         hx_parse_describe(cr->kwargs, got, sizeof got);

@@ -206,13 +206,7 @@ static hx_status parse_extras(hx_parse *p, hx_chat_req *cr, resp_state *rs)
                              got);
     }
     json_t *effort = field(reasoning, "effort");
-    if (effort && !json_is_string(effort)) {
-        hx_parse_describe(effort, got, sizeof got);
-        return hx_parse_fail(p, HX_E_INVALID, "reasoning.effort",
-                             "reasoning.effort must be a string (none, minimal, low, medium, "
-                             "high), got %s", got);
-    }
-    if (effort) cr->thinking = strcmp(json_string_value(effort), "none") != 0;
+    if ((st = hx_parse_effort(p, effort, "reasoning.effort", cr))) return st;
     json_t *summary = field(reasoning, "summary");
     json_object_set_new(rs->echo, "reasoning",
                         json_pack("{s:O?, s:O?}", "effort", effort, "summary", summary));
