@@ -8,6 +8,7 @@
  * The output is plain text; grammar.c compiles and bounds it. */
 #include "sample/json_schema.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 
 #include "base/alloc.h"
 #include "sample/grammar.h"
+#include "sample/regex.h"
 
 /* ---- fixed rules ---- */
 
@@ -175,6 +177,7 @@ static const char *const k_ignored[] = {
 static const char *const k_known[] = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "items",
     "minItems", "maxItems", "anyOf", "oneOf", "$ref", "minLength", "maxLength", "format",
+    "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
 };
 
 static bool check_keywords(sgen *g, json_t *s)
@@ -212,8 +215,32 @@ static bool sb_repeat(sgen *g, sbuf *b, const char *x, int64_t lo, int64_t hi)
     return sb_printf(g, b, " %s{%lld,%lld}", x, (long long)lo, (long long)hi);
 }
 
+/* A string whose content matches the regex `pattern` (searched, as JSON Schema has it): the
+ * regex's rules go to the output under a fresh name. */
+static bool gen_pattern(sgen *g, json_t *s, json_t *pat, sbuf *b)
+{
+    if (!json_is_string(pat))
+        return sg_fail(g, HX_E_INVALID, "expected 'pattern' to be a string");
+    static const char *const other[] = { "format", "minLength", "maxLength" };
+    for (size_t i = 0; i < HX_COUNTOF(other); i++)
+        if (json_object_get(s, other[i]))
+            return sg_fail(g, HX_E_UNSUPPORTED, "'pattern' together with '%s' is not supported",
+                           other[i]);
+    char name[32], *text = NULL;
+    snprintf(name, sizeof name, "p%d", g->n_rules++);
+    hx_err rerr = { 0 };
+    const hx_status st = hx_regex_to_grammar(json_string_value(pat), json_string_length(pat),
+                                             name, HX_REGEX_JSON_STRING, &text, &rerr);
+    if (st != HX_OK) return sg_fail(g, st, "'pattern': %s", rerr.msg);
+    const bool ok = sb_str(g, &g->out, text) && sb_printf(g, b, "\"\\\"\" %s \"\\\"\"", name);
+    hx_free(text);
+    return ok;
+}
+
 static bool gen_string(sgen *g, json_t *s, sbuf *b)
 {
+    json_t *pat = json_object_get(s, "pattern");
+    if (pat) return gen_pattern(g, s, pat, b);
     json_t *fmt = json_object_get(s, "format");
     if (fmt) {
         static const char *const formats[] = { "date", "time", "date-time", "uuid", "email" };
@@ -261,6 +288,191 @@ static bool gen_array(sgen *g, json_t *s, sbuf *b)
                sb_repeat(g, b, more, 0, hi < 0 ? -1 : hi - 1) && sb_put(g, b, ")? \"]\"", 6);
     return sb_printf(g, b, "\"[\" ws %s ws", v) &&
            sb_repeat(g, b, more, lo - 1, hi < 0 ? -1 : hi - 1) && sb_put(g, b, " \"]\"", 4);
+}
+
+/* ---- integer ranges ---- */
+
+/* The largest magnitude written for a bounded integer: 16 digits, as the `integer` rule allows. */
+#define INT_CAP 9999999999999999LL
+
+static const char *const k_int_bounds[] = {
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+};
+
+/* The first bound keyword present in s, or NULL. */
+static const char *int_bound_keyword(json_t *s)
+{
+    for (size_t i = 0; i < HX_COUNTOF(k_int_bounds); i++)
+        if (json_object_get(s, k_int_bounds[i])) return k_int_bounds[i];
+    return NULL;
+}
+
+/* Turns the number x of keyword key into an integer bound: for a lower bound the smallest
+ * integer >= x (> x when exclusive), for an upper one the largest <= x (< x). The result is
+ * clamped to +-INT_CAP, so a bound beyond 16 digits means "no bound" on that side (and a range
+ * lying wholly beyond them shrinks to its edge value). */
+static bool int_bound(sgen *g, json_t *x, const char *key, bool lower, bool exclusive,
+                      int64_t *out)
+{
+    if (!json_is_number(x))
+        return sg_fail(g, HX_E_INVALID, "expected '%s' to be a number", key);
+    int64_t v;
+    if (json_is_integer(x)) {
+        const json_int_t i = json_integer_value(x);
+        v = i > INT_CAP ? INT_CAP + 1 : i < -INT_CAP ? -INT_CAP - 1 : (int64_t)i;
+        if (exclusive) v += lower ? 1 : -1;
+    } else {
+        const double d = json_real_value(x);
+        const double r = lower ? (exclusive ? floor(d) + 1 : ceil(d))
+                               : (exclusive ? ceil(d) - 1 : floor(d));
+        /* 1e16 is INT_CAP + 1, exact in a double; anything strictly inside converts exactly. */
+        v = r >= 1e16 ? INT_CAP + 1 : r <= -1e16 ? -INT_CAP - 1 : (int64_t)r;
+    }
+    *out = v > INT_CAP ? INT_CAP : v < -INT_CAP ? -INT_CAP : v;
+    return true;
+}
+
+/* Reads one side of the range: `key` (minimum or maximum), made exclusive by a draft-4 boolean
+ * `ex_key`, and a draft-6 numeric `ex_key`; when both give a bound the tighter one wins. *v is
+ * untouched when the side has no bound. */
+static bool int_side(sgen *g, json_t *s, const char *key, const char *ex_key, bool lower,
+                     int64_t *v)
+{
+    json_t *x = json_object_get(s, key), *ex = json_object_get(s, ex_key);
+    const bool ex_bool = json_is_boolean(ex);
+    if (ex_bool && json_is_true(ex) && !x)
+        return sg_fail(g, HX_E_INVALID, "expected '%s' beside a boolean '%s'", key, ex_key);
+    int64_t a = 0;
+    if (x) {
+        if (!int_bound(g, x, key, lower, ex_bool && json_is_true(ex), &a)) return false;
+        *v = a;
+    }
+    if (ex && !ex_bool) {
+        if (!json_is_number(ex))
+            return sg_fail(g, HX_E_INVALID, "expected '%s' to be a number or a boolean", ex_key);
+        if (!int_bound(g, ex, ex_key, lower, true, &a)) return false;
+        if (!x || (lower ? a > *v : a < *v)) *v = a;
+    }
+    return true;
+}
+
+/* Appends one alternative: the literal prefix[0..np), then the digit class [lo-hi] (none when
+ * lo is 0 as a char), then n_any digits [0-9]. */
+static bool int_alt(sgen *g, sbuf *b, bool *first, const char *prefix, size_t np, char lo,
+                    char hi, int n_any)
+{
+    char lit[24];
+    size_t n = 0;
+    memcpy(lit, prefix, np);
+    n = np;
+    if (lo && lo == hi) lit[n++] = lo, lo = 0; /* a one-digit class joins the literal */
+    if (lo == '0' && hi == '9') lo = 0, n_any++; /* [0-9] joins the digits after it */
+    bool ok = *first || sb_put(g, b, " | ", 3);
+    *first = false;
+    if (ok && n) ok = sb_printf(g, b, "\"%.*s\"%s", (int)n, lit, lo || n_any ? " " : "");
+    if (ok && lo) ok = sb_printf(g, b, "[%c-%c]%s", lo, hi, n_any ? " " : "");
+    if (ok && n_any == 1) ok = sb_put(g, b, "[0-9]", 5);
+    else if (ok && n_any > 1) ok = sb_printf(g, b, "[0-9]{%d}", n_any);
+    return ok;
+}
+
+static bool all_digits(const char *p, size_t n, char c)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != c) return false;
+    return true;
+}
+
+/* Appends alternatives for exactly the m-digit strings from x to y (x <= y, as digit strings of
+ * the same length), behind the literal prefix[0..np): the shared leading digits join the
+ * prefix; then x's first digit followed by the range from x's tail up to 9s, the digits
+ * strictly between followed by any m-1 digits, and y's first digit followed by 0s up to y's
+ * tail. A tail of all 0s (for x) or all 9s (for y) folds its digit into the middle class, so
+ * [123, 456] gives "12" [3-9] | "1" [3-9] [0-9] | [2-3] [0-9]{2} | "4" [0-4] [0-9] | "45" [0-6].
+ * prefix has room for 16 digits, the most m and np add up to. */
+static bool int_same_len(sgen *g, sbuf *b, bool *first, char *prefix, size_t np, const char *x,
+                         const char *y, size_t m)
+{
+    static const char zeros[] = "0000000000000000", nines[] = "9999999999999999";
+    while (m > 0 && x[0] == y[0]) prefix[np++] = x[0], x++, y++, m--;
+    if (m == 0) return int_alt(g, b, first, prefix, np, 0, 0, 0);
+    char lo = x[0], hi = y[0];
+    const bool lo_whole = all_digits(x + 1, m - 1, '0'), hi_whole = all_digits(y + 1, m - 1, '9');
+    if (!lo_whole) {
+        prefix[np] = lo++;
+        if (!int_same_len(g, b, first, prefix, np + 1, x + 1, nines, m - 1)) return false;
+    }
+    if (!hi_whole) hi--;
+    if (lo <= hi && !int_alt(g, b, first, prefix, np, lo, hi, (int)m - 1)) return false;
+    if (!hi_whole) {
+        prefix[np] = y[0];
+        if (!int_same_len(g, b, first, prefix, np + 1, zeros, y + 1, m - 1)) return false;
+    }
+    return true;
+}
+
+/* Appends alternatives for exactly the decimal numbers lo..hi (0 <= lo <= hi <= INT_CAP), without
+ * leading zeros, one digit count at a time; a run of digit counts covered whole becomes one
+ * alternative, [1-9] [0-9]{d-1,e-1}. */
+static bool int_magnitudes(sgen *g, sbuf *b, bool *first, int64_t lo, int64_t hi)
+{
+    if (lo == 0) {
+        if (!int_alt(g, b, first, "0", 1, 0, 0, 0)) return false;
+        if (hi == 0) return true;
+        lo = 1;
+    }
+    char xs[24], ys[24], prefix[24];
+    const int d_lo = snprintf(xs, sizeof xs, "%lld", (long long)lo);
+    const int d_hi = snprintf(ys, sizeof ys, "%lld", (long long)hi);
+    int64_t p10 = 1; /* 10^(d-1) */
+    for (int d = 1; d < d_lo; d++) p10 *= 10;
+    for (int d = d_lo; d <= d_hi; d++, p10 *= 10) {
+        const int64_t p_lo = lo > p10 ? lo : p10, p_hi = hi < p10 * 10 - 1 ? hi : p10 * 10 - 1;
+        if (p_lo == p10 && p_hi == p10 * 10 - 1) {
+            int e = d; /* the last digit count covered whole from here */
+            int64_t q10 = p10 * 10;
+            while (e < d_hi && hi >= q10 * 10 - 1) e++, q10 *= 10;
+            bool ok;
+            if (e == d) {
+                ok = int_alt(g, b, first, "", 0, '1', '9', d - 1);
+            } else {
+                ok = (*first || sb_put(g, b, " | ", 3)) &&
+                     sb_printf(g, b, "[1-9] [0-9]{%d,%d}", d - 1, e - 1);
+                *first = false;
+            }
+            if (!ok) return false;
+            for (; d < e; d++) p10 *= 10;
+            continue;
+        }
+        snprintf(xs, sizeof xs, "%lld", (long long)p_lo); /* both have d digits */
+        snprintf(ys, sizeof ys, "%lld", (long long)p_hi);
+        if (!int_same_len(g, b, first, prefix, 0, xs, ys, (size_t)d)) return false;
+    }
+    return true;
+}
+
+/* An integer, bounded when the schema gives minimum, maximum, exclusiveMinimum or
+ * exclusiveMaximum; without bounds the plain `integer` rule. Negative numbers are "-" followed
+ * by their magnitudes, so "-0" is never written. */
+static bool gen_integer(sgen *g, json_t *s, sbuf *b)
+{
+    if (!int_bound_keyword(s)) return sb_put(g, b, "integer", 7);
+    int64_t lo = -INT_CAP, hi = INT_CAP;
+    if (!int_side(g, s, "minimum", "exclusiveMinimum", true, &lo) ||
+        !int_side(g, s, "maximum", "exclusiveMaximum", false, &hi))
+        return false;
+    if (lo > hi)
+        return sg_fail(g, HX_E_INVALID, "expected the bounds to leave some integer, found the "
+                       "empty range [%lld, %lld]", (long long)lo, (long long)hi);
+    bool first = true;
+    if (lo < 0) {
+        bool neg_first = true;
+        if (!sb_put(g, b, "\"-\" (", 5) ||
+            !int_magnitudes(g, b, &neg_first, hi < 0 ? -hi : 1, -lo) || !sb_put(g, b, ")", 1))
+            return false;
+        first = false;
+    }
+    return hi < 0 || int_magnitudes(g, b, &first, lo > 0 ? lo : 0, hi);
 }
 
 /* ---- extra keys that are not declared names ---- */
@@ -460,8 +672,12 @@ static bool gen_object(sgen *g, json_t *s, sbuf *b)
 
 static bool gen_type(sgen *g, json_t *s, const char *type, sbuf *b)
 {
-    static const char *const simple[] = { "number", "integer", "boolean", "null" };
+    static const char *const simple[] = { "number", "boolean", "null" };
+    const char *bound = int_bound_keyword(s);
     if (!strcmp(type, "string")) return gen_string(g, s, b);
+    if (!strcmp(type, "integer")) return gen_integer(g, s, b);
+    if (!strcmp(type, "number") && bound)
+        return sg_fail(g, HX_E_UNSUPPORTED, "'%s' is supported on integers only", bound);
     if (!strcmp(type, "array")) return gen_array(g, s, b);
     if (!strcmp(type, "object")) return gen_object(g, s, b);
     for (size_t i = 0; i < HX_COUNTOF(simple); i++)
@@ -532,6 +748,28 @@ static bool gen_ref(sgen *g, const char *ref, int *rule)
     return true;
 }
 
+/* Bounds apply only where the schema's own type lists "integer" (gen_type refuses them on a
+ * "number" alternative); beside $ref, const, enum, anyOf or oneOf, which take precedence over
+ * type here, they would be dropped, so they are refused instead. */
+static bool check_int_bounds(sgen *g, json_t *s)
+{
+    static const char *const takes_over[] = { "$ref", "const", "enum", "anyOf", "oneOf" };
+    const char *bound = int_bound_keyword(s);
+    if (!bound) return true;
+    for (size_t i = 0; i < HX_COUNTOF(takes_over); i++)
+        if (json_object_get(s, takes_over[i]))
+            return sg_fail(g, HX_E_UNSUPPORTED, "'%s' is supported on integers only, not beside "
+                           "'%s'", bound, takes_over[i]);
+    json_t *type = json_object_get(s, "type");
+    bool integer = json_is_string(type) && !strcmp(json_string_value(type), "integer");
+    for (size_t i = 0; i < json_array_size(type) && !integer; i++) {
+        const char *t = json_string_value(json_array_get(type, i));
+        integer = t && !strcmp(t, "integer");
+    }
+    if (!integer) return sg_fail(g, HX_E_UNSUPPORTED, "'%s' is supported on integers only", bound);
+    return true;
+}
+
 /* Writes one rule for schema s and returns its number in *rule. */
 static bool gen(sgen *g, json_t *s, int *rule)
 {
@@ -556,7 +794,7 @@ static bool gen(sgen *g, json_t *s, int *rule)
                      json_is_array(s) ? "array" : json_is_string(s) ? "string" : "number");
         goto done;
     }
-    if (!check_keywords(g, s)) {
+    if (!check_keywords(g, s) || !check_int_bounds(g, s)) {
         ok = false;
         goto done;
     }
@@ -613,7 +851,7 @@ static bool gen(sgen *g, json_t *s, int *rule)
                json_object_get(s, "maxItems")) {
         ok = gen_array(g, s, &b);
     } else if (json_object_get(s, "minLength") || json_object_get(s, "maxLength") ||
-               json_object_get(s, "format")) {
+               json_object_get(s, "format") || json_object_get(s, "pattern")) {
         ok = gen_string(g, s, &b);
     } else {
         ok = sb_put(g, &b, "value", 5); /* only annotations: anything goes */

@@ -18,6 +18,7 @@
 #include "base/alloc.h"
 #include "engine/chat_prompt.h"
 #include "sample/json_schema.h"
+#include "sample/regex.h"
 #include "serve/adapter.h"
 #include "serve/response_store.h"
 
@@ -221,9 +222,7 @@ static hx_status reply_grammar(const hx_server *s, const hx_chat_req *cr, bool o
     }
     *param = cr->format_param;
     if (cr->schema) return hx_json_schema_to_grammar(cr->schema, text, err);
-    if (cr->regex)
-        return hx_err_set(err, HX_E_UNSUPPORTED, "%s: regular expressions are not supported yet",
-                          cr->format_param);
+    if (cr->regex) return hx_regex_to_grammar(cr->regex, strlen(cr->regex), "root", 0, text, err);
     if (cr->choices) return choice_grammar(cr->choices, text, err);
     if (cr->grammar || cr->json_object) {
         *text = (char *)(cr->grammar ? cr->grammar : hx_json_object_grammar());

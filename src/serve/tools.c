@@ -722,7 +722,7 @@ typedef enum {
     VK_NEVER_STRING, /* never a string: write it as JSON */
     VK_STRING,       /* any string */
     VK_STRING_ENUM,  /* one of the strings listed in const or enum */
-    VK_STRING_RULED, /* a string with format or length rules */
+    VK_STRING_RULED, /* a string with format, length or pattern rules */
     VK_MIXED,        /* maybe a string, maybe not */
 } value_kind;
 
@@ -748,7 +748,7 @@ static value_kind kind_of(json_t *root, json_t *s, int depth)
         return VK_NEVER_STRING;
     }
     const bool ruled = json_object_get(s, "format") || json_object_get(s, "minLength") ||
-                       json_object_get(s, "maxLength");
+                       json_object_get(s, "maxLength") || json_object_get(s, "pattern");
     if ((x = json_object_get(s, "type"))) {
         if (json_is_string(x))
             return strcmp(json_string_value(x), "string") != 0 ? VK_NEVER_STRING
@@ -796,9 +796,9 @@ static hx_status kv_value(gwriter *g, const family_grammar *fg, const char *fam,
     }
     if (vk == VK_STRING_RULED)
         return hx_err_set(g->err, HX_E_UNSUPPORTED,
-                          "tool '%s' parameter '%.64s': 'format', 'minLength' and 'maxLength' "
-                          "cannot be enforced on a string written unquoted, as the %s call format "
-                          "writes strings",
+                          "tool '%s' parameter '%.64s': 'format', 'minLength', 'maxLength' and "
+                          "'pattern' cannot be enforced on a string written unquoted, as the %s "
+                          "call format writes strings",
                           tool, key, fam);
     if (vk == VK_MIXED)
         return hx_err_set(g->err, HX_E_UNSUPPORTED,

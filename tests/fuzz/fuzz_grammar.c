@@ -1,8 +1,10 @@
-/* fuzz_grammar.c - libFuzzer target for the grammar compiler and JSON Schema translation
- * (src/sample/grammar.h, src/sample/json_schema.h).
+/* fuzz_grammar.c - libFuzzer target for the grammar compiler and the JSON Schema and regex
+ * translations (src/sample/grammar.h, src/sample/json_schema.h, src/sample/regex.h).
  *
  * Input layout: the first byte picks the path: 'S' means the rest is a JSON schema, translated
- * and then compiled; anything else means the whole input is grammar text. A compiled grammar is
+ * and then compiled; 'R' the rest is a regex, 'J' a regex over a JSON string's content (its
+ * grammar must always compile: a syntax error in it is a translator bug); anything else means
+ * the whole input is grammar text. A compiled grammar is
  * then run: the input's own bytes are fed to a recognizer (most are refused, which is fine) and
  * a token mask over a small byte-level vocabulary is taken before and after, checked against
  * accepting tokens on a copy. Failures are fine; crashes, leaks, hangs, sanitizer reports,
@@ -16,6 +18,7 @@
 #include "base/alloc.h"
 #include "sample/grammar.h"
 #include "sample/json_schema.h"
+#include "sample/regex.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -62,13 +65,14 @@ static void check_mask(hx_grammar_state *s, const char *in, size_t in_len)
     if ((allowed[N_VOCAB - 1] != 0) != hx_grammar_done(s)) __builtin_trap();
 }
 
-static void run_text(const char *text, size_t len, const char *feed, size_t feed_len)
+static hx_status run_text(const char *text, size_t len, const char *feed, size_t feed_len)
 {
     hx_grammar *g = NULL;
     hx_err err = { 0 };
-    if (hx_grammar_compile(text, len, &g, &err) != HX_OK) {
+    const hx_status st = hx_grammar_compile(text, len, &g, &err);
+    if (st != HX_OK) {
         if (err.msg[0] == '\0' || g != NULL) __builtin_trap();
-        return;
+        return st;
     }
     hx_grammar_state *s = hx_grammar_start(g);
     if (s) {
@@ -79,6 +83,28 @@ static void run_text(const char *text, size_t len, const char *feed, size_t feed
         hx_grammar_state_free(s);
     }
     hx_grammar_free(g);
+    return HX_OK;
+}
+
+static void run_regex(const char *re, size_t len, bool json)
+{
+    char *text = NULL;
+    hx_err err = { 0 };
+    const unsigned flags = json ? HX_REGEX_JSON_STRING : 0;
+    if (hx_regex_to_grammar(re, len, json ? "p" : "root", flags, &text, &err) != HX_OK) {
+        if (err.msg[0] == '\0' || text != NULL) __builtin_trap();
+        return;
+    }
+    static const char wrap[] = "root ::= \"\\\"\" p \"\\\"\"\n";
+    const size_t n = strlen(text);
+    char *full = json ? hx_realloc(text, n + sizeof wrap) : text;
+    if (!full) {
+        hx_free(text);
+        return;
+    }
+    if (json) memcpy(full + n, wrap, sizeof wrap);
+    if (run_text(full, strlen(full), re, len) == HX_E_INVALID) __builtin_trap();
+    hx_free(full);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -96,6 +122,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             __builtin_trap();
         }
         json_decref(schema);
+        return 0;
+    }
+    if (size > 0 && (s[0] == 'R' || s[0] == 'J')) {
+        run_regex(s + 1, size - 1, s[0] == 'J');
         return 0;
     }
     run_text(s, size, s, size);

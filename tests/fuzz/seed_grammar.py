@@ -2,7 +2,8 @@
 """seed_grammar.py - writes a seed corpus for fuzz_grammar into the directory given as argv[1].
 
 Grammar seeds are plain grammar text; schema seeds start with the byte 'S' followed by a JSON
-schema (the layout fuzz_grammar.c reads). The snippets cover the grammar syntax (literals with
+schema, regex seeds with 'R' (whole match) or 'J' (JSON-string content) followed by the regex
+(the layout fuzz_grammar.c reads). The snippets cover the grammar syntax (literals with
 escapes, classes with ranges and negation, groups, every repetition form, recursion, comments,
 and a few errors) and the supported schema keywords, plus a few byte-level mutations of them.
 Standard library only; deterministic (fixed random seed)."""
@@ -53,10 +54,27 @@ SCHEMAS = [
 ]
 
 
+REGEXES = [
+    r"\(\d{3}\) \d{3}-\d{4}",
+    r"^[A-Z][a-z]+(?: [A-Z][a-z]+)*$",
+    r"(?P<y>\d{4})-(?<m>0[1-9]|1[0-2])|n/a",
+    r"[^\s\d\\\"]+\W?\S*?.{2,}",
+    r"a{,3}b{2}c+?d??[]x-]\x41\u00e9\U0001F600é",
+    r"(a|)(((b)))|\.\*\+\?\{\}",
+    r"a{3,2}",
+    r"(a)\1",
+    r"(?=x)",
+    r"[z-a]",
+    "\\",
+    r"((",
+]
+
+
 def main():
     out = sys.argv[1]
     files = [g.encode() for g in GRAMMARS]
     files += [b"S" + json.dumps(s).encode() for s in SCHEMAS]
+    files += [p + r.encode() for r in REGEXES for p in (b"R", b"J")]
     rng = random.Random(4321)
     mutate(files, rng, 40, 3, 8, 16)
     write_seeds(out, files)

@@ -7,6 +7,7 @@ and reads calls in the generic <tool_call> markup; tool_choice "required" and st
 are enforced by the grammar engine, so even this 135M model must produce valid calls and JSON."""
 import json
 import random
+import re
 
 import anthropic
 import jsonschema
@@ -97,6 +98,10 @@ def schema_variants(n, seed=7):
         lambda: {"type": "string", "format": rnd.choice(["date", "uuid", "time"])},
         lambda: {"type": "string", "minLength": 2, "maxLength": 6},
         lambda: {"type": ["integer", "null"]},
+        lambda: {"type": "integer", "minimum": rnd.choice([-50, 0, 7]),
+                 "exclusiveMaximum": rnd.choice([60, 1000])},
+        lambda: {"type": "string", "pattern": rnd.choice([r"^[A-Z]{2}-\d{3}$",
+                                                          r"^(yes|no|maybe)$", r"^\w{1,8}$"])},
     ]
 
     def leaf():
@@ -181,9 +186,13 @@ def test_other_servers_structured_fields(client, srv):
     r = chat(client, [{"role": "user", "content": "Pick a colour."}],
              extra_body={"guided_choice": colours})
     assert r.choices[0].message.content in colours and r.choices[0].finish_reason == "stop"
-    with pytest.raises(openai.BadRequestError) as e:  # not built yet, and never ignored
-        chat(client, extra_body={"guided_regex": "[0-9]+"})
-    assert "regular expressions" in str(e.value)
+    r = chat(client, [{"role": "user", "content": "Give me a phone number."}],
+             extra_body={"guided_regex": r"\(\d{3}\) \d{3}-\d{4}"})
+    assert re.fullmatch(r"\(\d{3}\) \d{3}-\d{4}", r.choices[0].message.content)
+    assert r.choices[0].finish_reason == "stop"
+    with pytest.raises(openai.BadRequestError) as e:  # refused by name, never ignored
+        chat(client, extra_body={"guided_regex": r"(a)\1"})
+    assert "backreferences" in str(e.value) and e.value.param == "guided_regex"
     r = chat(client, [{"role": "user", "content": "Yes or no?"}],
              extra_body={"structured_outputs": {"choice": ["yes", "no"]}})
     assert r.choices[0].message.content in ("yes", "no")

@@ -311,6 +311,52 @@ static int test_schema_nested_arrays_enum_anyof_and_refs(void)
     return 0;
 }
 
+/* pattern: a regex over the string's content, searched unless anchored, escapes as JSON. */
+static int test_schema_pattern_constrains_string_content(void)
+{
+    static const char schema[] =
+        "{\"type\":\"object\",\"properties\":{\"code\":{\"type\":\"string\",\"pattern\":"
+        "\"^[A-Z]{3}-\\\\d{2}$\"},\"note\":{\"pattern\":\"ok|\\\"\"},\"n\":{\"type\":"
+        "[\"string\",\"null\"],\"pattern\":\"^a\\\\n?$\"}},\"required\":[\"code\",\"note\"]}";
+    static const char *const good[] = {
+        "{\"code\":\"ABC-12\",\"note\":\"ok\"}",
+        "{\"code\":\"XYZ-00\",\"note\":\"it is ok, really\",\"n\":null}",
+        "{\"code\":\"XYZ-00\",\"note\":\"say \\\"hi\\\"\",\"n\":\"a\\n\"}",
+    };
+    static const char *const bad[] = {
+        "{\"code\":\"AB-12\",\"note\":\"ok\"}",      /* three letters */
+        "{\"code\":\"ABC-123\",\"note\":\"ok\"}",    /* anchored at the end */
+        "{\"code\":\" ABC-12\",\"note\":\"ok\"}",    /* anchored at the start */
+        "{\"code\":\"ABC-12\",\"note\":\"o k\"}",    /* searched, but not found */
+        "{\"code\":\"ABC-12\",\"note\":\"ok\",\"n\":\"ab\"}",
+        "{\"code\":\"ABC-12\",\"note\":\"ok\",\"n\":\"a\n\"}", /* raw newline */
+    };
+    SCHEMA_CASE(schema, good, bad);
+    static const struct {
+        const char *schema, *msg;
+        hx_status   st;
+    } errs[] = {
+        { "{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}",
+          "json_schema: 'pattern': regex: backreferences (\\1) are not supported (at offset 3) "
+          "(at #)", HX_E_UNSUPPORTED },
+        { "{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":3}",
+          "'pattern' together with 'maxLength' is not supported", HX_E_UNSUPPORTED },
+        { "{\"type\":\"string\",\"pattern\":7}", "expected 'pattern' to be a string",
+          HX_E_INVALID },
+    };
+    for (size_t i = 0; i < HX_COUNTOF(errs); i++) {
+        json_t *js = json_loads(errs[i].schema, 0, NULL);
+        CHECK(js != NULL);
+        char *text = NULL;
+        hx_err err = { 0 };
+        CHECK_EQ(hx_json_schema_to_grammar(js, &text, &err), errs[i].st);
+        CHECK(text == NULL);
+        CHECK_CONTAINS(err.msg, errs[i].msg);
+        json_decref(js);
+    }
+    return 0;
+}
+
 static int test_json_object_mode_accepts_any_object(void)
 {
     const char *text = hx_json_object_grammar();
@@ -331,8 +377,8 @@ static int test_unsupported_keywords_are_refused_by_name(void)
     } cases[] = {
         { "{\"type\":\"object\",\"patternProperties\":{}}",
           "json_schema: 'patternProperties' is not supported", HX_E_UNSUPPORTED },
-        { "{\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":3}}}",
-          "'minimum' is not supported (at #/properties/a)", HX_E_UNSUPPORTED },
+        { "{\"properties\":{\"a\":{\"type\":\"integer\",\"multipleOf\":3}}}",
+          "'multipleOf' is not supported (at #/properties/a)", HX_E_UNSUPPORTED },
         { "{\"type\":\"string\",\"format\":\"ipv6\"}", "'format' 'ipv6' is not supported",
           HX_E_UNSUPPORTED },
         { "{\"$ref\":\"http://x/y\"}", "'$ref' 'http://x/y' is not supported", HX_E_UNSUPPORTED },
@@ -340,6 +386,173 @@ static int test_unsupported_keywords_are_refused_by_name(void)
         { "{\"type\":\"array\",\"minItems\":3,\"maxItems\":1}", "minItems <= maxItems",
           HX_E_INVALID },
         { "{\"type\":\"strin\"}", "found 'type' 'strin'", HX_E_INVALID },
+    };
+    for (size_t i = 0; i < HX_COUNTOF(cases); i++) {
+        json_t *schema = json_loads(cases[i].schema, 0, NULL);
+        CHECK(schema != NULL);
+        char *text = NULL;
+        hx_err err = { 0 };
+        CHECK_EQ(hx_json_schema_to_grammar(schema, &text, &err), cases[i].st);
+        CHECK(text == NULL);
+        CHECK_CONTAINS(err.msg, cases[i].msg);
+        json_decref(schema);
+    }
+    return 0;
+}
+
+/* ---- integer ranges ---- */
+
+/* Compiles schema and checks that, of every integer in [-1100, 1100], it accepts exactly those
+ * in [lo, hi]; and never a leading zero or "-0". */
+static int check_int_range(const char *schema, int64_t lo, int64_t hi)
+{
+    hx_grammar *g = compile_schema(schema);
+    CHECK(g != NULL);
+    char num[32];
+    for (int64_t i = -1100; i <= 1100; i++) {
+        snprintf(num, sizeof num, "%lld", (long long)i);
+        const bool want = i >= lo && i <= hi;
+        if (accepts(g, num) != want)
+            CHECK_FAIL("schema %s: %s should be %s", schema, num, want ? "accepted" : "rejected");
+        /* The same value with a leading zero, which JSON forbids. */
+        snprintf(num, sizeof num, "%s0%lld", i < 0 ? "-" : "", (long long)(i < 0 ? -i : i));
+        if (accepts(g, num)) CHECK_FAIL("schema %s: %s should be rejected", schema, num);
+    }
+    static const char *const never[] = { "-0", "00", "007", "-007", "+1", "1.0", "1e2", "" };
+    for (size_t i = 0; i < HX_COUNTOF(never); i++)
+        if (accepts(g, never[i])) CHECK_FAIL("schema %s: '%s' should be rejected", schema,
+                                             never[i]);
+    hx_grammar_free(g);
+    return 0;
+}
+
+#define INT_RANGE_CASE(schema, lo, hi) CHECK_EQ(check_int_range(schema, lo, hi), 0)
+
+static int test_schema_integer_bounds_accept_exactly_the_range(void)
+{
+    INT_RANGE_CASE("{\"type\":\"integer\",\"minimum\":0,\"maximum\":0}", 0, 0);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"minimum\":-5,\"maximum\":5}", -5, 5);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"minimum\":-120,\"maximum\":-7}", -120, -7);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"minimum\":123,\"maximum\":456}", 123, 456);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"minimum\":7,\"maximum\":7}", 7, 7);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"minimum\":-1000,\"maximum\":1099}", -1000, 1099);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"minimum\":10,\"maximum\":999}", 10, 999);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"minimum\":-909,\"maximum\":190}", -909, 190);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"minimum\":1}", 1, INT64_MAX);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"maximum\":-3}", INT64_MIN, -3);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"minimum\":-1}", -1, INT64_MAX);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"maximum\":0}", INT64_MIN, 0);
+
+    /* The grammar text for [123, 456] is the documented prefix-then-classes decomposition. */
+    json_t *schema = json_loads("{\"type\":\"integer\",\"minimum\":123,\"maximum\":456}", 0, NULL);
+    CHECK(schema != NULL);
+    char *text = NULL;
+    hx_err err = { 0 };
+    CHECK_EQ(hx_json_schema_to_grammar(schema, &text, &err), HX_OK);
+    CHECK_CONTAINS(text, "::= \"12\" [3-9] | \"1\" [3-9] [0-9] | [2-3] [0-9]{2} | "
+                         "\"4\" [0-4] [0-9] | \"45\" [0-6]\n");
+    hx_free(text);
+    json_decref(schema);
+    return 0;
+}
+
+/* One-sided bounds keep the 16-digit cap of the plain integer rule; bounds past it clamp. */
+static int test_schema_integer_bounds_keep_the_sixteen_digit_cap(void)
+{
+    static const char pos[] = "{\"type\":\"integer\",\"minimum\":1}";
+    static const char *const p_good[] = { "1", "9", "10", "1234567890", "9999999999999999" };
+    static const char *const p_bad[] = { "0", "-1", "10000000000000000", "01", "-0" };
+    SCHEMA_CASE(pos, p_good, p_bad);
+
+    static const char neg[] = "{\"type\":\"integer\",\"maximum\":-3}";
+    static const char *const n_good[] = { "-3", "-10", "-99", "-9999999999999999" };
+    static const char *const n_bad[] = { "-2", "0", "3", "-10000000000000000", "-03" };
+    SCHEMA_CASE(neg, n_good, n_bad);
+
+    static const char wide[] = "{\"type\":\"integer\",\"minimum\":-1e30,\"maximum\":"
+                               "1000000000000000000}"; /* a real and a 19-digit integer */
+    static const char *const w_good[] = { "0", "-1", "9999999999999999", "-9999999999999999" };
+    static const char *const w_bad[] = { "-0", "10000000000000000", "-10000000000000000" };
+    SCHEMA_CASE(wide, w_good, w_bad);
+
+    static const char big[] = "{\"type\":\"integer\",\"minimum\":1234567890123,"
+                              "\"maximum\":9876543210987654}";
+    static const char *const b_good[] = { "1234567890123", "1234567890124", "99999999999999",
+                                          "9876543210987654", "9876543210987653",
+                                          "2000000000000000" };
+    static const char *const b_bad[] = { "1234567890122", "999999999999", "9876543210987655",
+                                         "9876543210987660", "98765432109876540" };
+    SCHEMA_CASE(big, b_good, b_bad);
+    return 0;
+}
+
+/* Draft-6 numeric exclusive bounds, draft-4 boolean ones, and real-valued bounds. */
+static int test_schema_integer_bounds_exclusive_and_real_valued(void)
+{
+    INT_RANGE_CASE("{\"type\":\"integer\",\"exclusiveMinimum\":-5,\"exclusiveMaximum\":5}", -4,
+                   4);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"minimum\":-5,\"exclusiveMinimum\":true,"
+                   "\"maximum\":5,\"exclusiveMaximum\":true}", -4, 4);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"minimum\":-5,\"exclusiveMinimum\":false,"
+                   "\"maximum\":5,\"exclusiveMaximum\":false}", -5, 5);
+    /* Both forms of a lower bound: the tighter one wins. */
+    INT_RANGE_CASE("{\"type\":\"integer\",\"minimum\":3,\"exclusiveMinimum\":10,"
+                   "\"maximum\":100,\"exclusiveMaximum\":200}", 11, 100);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"minimum\":1.5,\"maximum\":99.5}", 2, 99);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"minimum\":-7.5,\"maximum\":-0.5}", -7, -1);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"exclusiveMinimum\":1.5,\"exclusiveMaximum\":4.0}",
+                   2, 3);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"exclusiveMinimum\":-2.0,\"exclusiveMaximum\":-0.1}",
+                   -1, -1);
+    INT_RANGE_CASE("{\"type\":\"integer\",\"minimum\":2.0,\"exclusiveMaximum\":1000.25}", 2,
+                   1000);
+
+    /* Bounds apply to the integer alternative of a type list. */
+    static const char nullable[] = "{\"type\":[\"integer\",\"null\"],\"minimum\":1,"
+                                   "\"maximum\":12}";
+    static const char *const good[] = { "1", "12", "7", "null" };
+    static const char *const bad[] = { "0", "13", "-1", "01", "\"1\"" };
+    SCHEMA_CASE(nullable, good, bad);
+    static const char in_object[] =
+        "{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\",\"minimum\":0,"
+        "\"maximum\":150}},\"required\":[\"age\"]}";
+    static const char *const o_good[] = { "{\"age\":0}", "{\"age\": 150}", "{\"age\":42}" };
+    static const char *const o_bad[] = { "{\"age\":-1}", "{\"age\":151}", "{\"age\":042}" };
+    SCHEMA_CASE(in_object, o_good, o_bad);
+    return 0;
+}
+
+static int test_schema_integer_bound_errors_name_the_problem(void)
+{
+    static const struct {
+        const char *schema, *msg;
+        hx_status   st;
+    } cases[] = {
+        { "{\"type\":\"integer\",\"minimum\":5,\"maximum\":3}",
+          "found the empty range [5, 3] (at #)", HX_E_INVALID },
+        { "{\"type\":\"integer\",\"exclusiveMinimum\":3,\"exclusiveMaximum\":4}",
+          "found the empty range [4, 3]", HX_E_INVALID },
+        { "{\"type\":\"integer\",\"minimum\":1.2,\"maximum\":1.8}", "found the empty range [2, 1]",
+          HX_E_INVALID },
+        { "{\"type\":\"integer\",\"minimum\":\"3\"}", "expected 'minimum' to be a number",
+          HX_E_INVALID },
+        { "{\"type\":\"integer\",\"maximum\":null}", "expected 'maximum' to be a number",
+          HX_E_INVALID },
+        { "{\"type\":\"integer\",\"exclusiveMaximum\":\"x\"}",
+          "expected 'exclusiveMaximum' to be a number or a boolean", HX_E_INVALID },
+        { "{\"type\":\"integer\",\"exclusiveMinimum\":true}",
+          "expected 'minimum' beside a boolean 'exclusiveMinimum'", HX_E_INVALID },
+        { "{\"properties\":{\"x\":{\"type\":\"number\",\"minimum\":0}}}",
+          "json_schema: 'minimum' is supported on integers only (at #/properties/x)",
+          HX_E_UNSUPPORTED },
+        { "{\"type\":[\"integer\",\"number\"],\"maximum\":3}",
+          "'maximum' is supported on integers only", HX_E_UNSUPPORTED },
+        { "{\"exclusiveMaximum\":3}", "'exclusiveMaximum' is supported on integers only",
+          HX_E_UNSUPPORTED },
+        { "{\"type\":\"string\",\"exclusiveMinimum\":3}",
+          "'exclusiveMinimum' is supported on integers only", HX_E_UNSUPPORTED },
+        { "{\"type\":\"integer\",\"enum\":[1,2],\"minimum\":2}",
+          "'minimum' is supported on integers only, not beside 'enum'", HX_E_UNSUPPORTED },
     };
     for (size_t i = 0; i < HX_COUNTOF(cases); i++) {
         json_t *schema = json_loads(cases[i].schema, 0, NULL);
@@ -844,7 +1057,8 @@ static int test_vocab_from_a_byte_level_tokenizer_recovers_token_bytes(void)
 static int test_failed_allocations_leave_nothing_behind(void)
 {
     static const char schema[] = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\","
-                                 "\"items\":{\"type\":\"string\",\"maxLength\":4}}}}";
+                                 "\"items\":{\"type\":\"string\",\"maxLength\":4}},\"n\":{\"type\":"
+                                 "\"integer\",\"minimum\":-120,\"maximum\":456}}}";
     json_t *js = json_loads(schema, 0, NULL);
     CHECK(js != NULL);
     const size_t live = hx_alloc_live_bytes();
@@ -882,8 +1096,13 @@ static const check_case cases[] = {
     { "classes_take_utf8_characters_byte_by_byte", test_classes_take_utf8_characters_byte_by_byte },
     { "schema_object_properties_in_order_with_optional_ones", test_schema_object_properties_in_order_with_optional_ones },
     { "schema_nested_arrays_enum_anyof_and_refs", test_schema_nested_arrays_enum_anyof_and_refs },
+    { "schema_pattern_constrains_string_content", test_schema_pattern_constrains_string_content },
     { "json_object_mode_accepts_any_object", test_json_object_mode_accepts_any_object },
     { "unsupported_keywords_are_refused_by_name", test_unsupported_keywords_are_refused_by_name },
+    { "schema_integer_bounds_accept_exactly_the_range", test_schema_integer_bounds_accept_exactly_the_range },
+    { "schema_integer_bounds_keep_the_sixteen_digit_cap", test_schema_integer_bounds_keep_the_sixteen_digit_cap },
+    { "schema_integer_bounds_exclusive_and_real_valued", test_schema_integer_bounds_exclusive_and_real_valued },
+    { "schema_integer_bound_errors_name_the_problem", test_schema_integer_bound_errors_name_the_problem },
     { "mask_allows_exactly_the_tokens_that_keep_the_state_alive", test_mask_allows_exactly_the_tokens_that_keep_the_state_alive },
     { "mask_after_the_first_allocates_nothing", test_mask_after_the_first_allocates_nothing },
     { "greedy_masked_generation_always_satisfies_the_schema", test_greedy_masked_generation_always_satisfies_the_schema },

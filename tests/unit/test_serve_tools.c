@@ -583,10 +583,16 @@ static int test_grammar_refusals(void)
     const char *numeric_enum = "[{\"type\": \"function\", \"function\": {\"name\": \"f\", "
                                "\"parameters\": {\"properties\": {\"n\": {\"type\": \"string\", "
                                "\"enum\": [\"1\", \"2\"]}}}}}]";
-    if (expect_grammar_error(HX_TOOLCALL_HERMES, pattern, HX_TOOL_CHOICE_REQUIRED, HX_E_UNSUPPORTED,
-                             "tool 'f' parameters: json_schema: 'pattern'") ||
-        expect_grammar_error(HX_TOOLCALL_PYTHONIC, pattern, HX_TOOL_CHOICE_REQUIRED,
-                             HX_E_UNSUPPORTED, "'pattern'") ||
+    const char *backref =
+        "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+        "{\"type\": \"object\", \"properties\": {\"q\": {\"type\": \"string\", "
+        "\"pattern\": \"(a)\\\\1\"}}}}}]";
+    if (expect_grammar_error(HX_TOOLCALL_HERMES, backref, HX_TOOL_CHOICE_REQUIRED,
+                             HX_E_UNSUPPORTED, "tool 'f' parameters: json_schema: 'pattern': "
+                             "regex: backreferences") ||
+        expect_grammar_error(HX_TOOLCALL_QWEN3_CODER, pattern, HX_TOOL_CHOICE_REQUIRED,
+                             HX_E_UNSUPPORTED, "'pattern' cannot be enforced on a string written "
+                             "unquoted") ||
         expect_grammar_error(HX_TOOLCALL_QWEN3_CODER, mixed, HX_TOOL_CHOICE_REQUIRED,
                              HX_E_UNSUPPORTED, "parameter 'q' may be a string or another type") ||
         expect_grammar_error(HX_TOOLCALL_QWEN3_CODER, numeric_enum, HX_TOOL_CHOICE_REQUIRED,
@@ -598,8 +604,18 @@ static int test_grammar_refusals(void)
         expect_grammar_error(HX_TOOLCALL_HERMES, mixed, HX_TOOL_CHOICE_NONE, HX_E_INVALID,
                              "required or named"))
         return 1;
+    /* A pattern is enforced where strings are quoted: its rules are renamed with the tool's. */
+    json_t *raw = load(pattern), *tools = NULL;
+    CHECK_EQ(hx_tools_normalize(raw, HX_TOOLS_OPENAI_CHAT, &tools, NULL, 0, NULL), HX_OK);
+    hx_grammar *pg = compile_for(HX_TOOLCALL_PYTHONIC, tools, HX_TOOL_CHOICE_REQUIRED, NULL, false);
+    CHECK(pg != NULL);
+    CHECK(grammar_accepts(pg, "[f(q=\"ab\")]") && !grammar_accepts(pg, "[f(q=\"ba\")]"));
+    hx_grammar_free(pg);
+    json_decref(raw);
+    json_decref(tools);
     /* The same mixed type is fine where strings are quoted. */
-    json_t *raw = load(mixed), *tools = NULL;
+    raw = load(mixed);
+    tools = NULL;
     CHECK_EQ(hx_tools_normalize(raw, HX_TOOLS_OPENAI_CHAT, &tools, NULL, 0, NULL), HX_OK);
     hx_grammar *g = compile_for(HX_TOOLCALL_PYTHONIC, tools, HX_TOOL_CHOICE_REQUIRED, NULL, false);
     CHECK(g != NULL);
