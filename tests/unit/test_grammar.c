@@ -215,6 +215,27 @@ static int check_schema(const char *schema, const char *const *good, size_t n_go
     return 0;
 }
 
+typedef struct {
+    const char *schema, *msg; /* msg: a part of the error message */
+    hx_status   st;
+} schema_error;
+
+/* Each schema is refused with its status and message, and no grammar text. */
+static int expect_schema_errors(const schema_error *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        json_t *schema = json_loads(cases[i].schema, 0, NULL);
+        CHECK(schema != NULL);
+        char *text = NULL;
+        hx_err err = { 0 };
+        CHECK_EQ(hx_json_schema_to_grammar(schema, &text, &err), cases[i].st);
+        CHECK(text == NULL);
+        CHECK_CONTAINS(err.msg, cases[i].msg);
+        json_decref(schema);
+    }
+    return 0;
+}
+
 #define SCHEMA_CASE(schema, good, bad) \
     CHECK_EQ(check_schema(schema, good, HX_COUNTOF(good), bad, HX_COUNTOF(bad)), 0)
 
@@ -332,10 +353,7 @@ static int test_schema_pattern_constrains_string_content(void)
         "{\"code\":\"ABC-12\",\"note\":\"ok\",\"n\":\"a\n\"}", /* raw newline */
     };
     SCHEMA_CASE(schema, good, bad);
-    static const struct {
-        const char *schema, *msg;
-        hx_status   st;
-    } errs[] = {
+    static const schema_error errs[] = {
         { "{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}",
           "json_schema: 'pattern': regex: backreferences (\\1) are not supported (at offset 3) "
           "(at #)", HX_E_UNSUPPORTED },
@@ -344,17 +362,7 @@ static int test_schema_pattern_constrains_string_content(void)
         { "{\"type\":\"string\",\"pattern\":7}", "expected 'pattern' to be a string",
           HX_E_INVALID },
     };
-    for (size_t i = 0; i < HX_COUNTOF(errs); i++) {
-        json_t *js = json_loads(errs[i].schema, 0, NULL);
-        CHECK(js != NULL);
-        char *text = NULL;
-        hx_err err = { 0 };
-        CHECK_EQ(hx_json_schema_to_grammar(js, &text, &err), errs[i].st);
-        CHECK(text == NULL);
-        CHECK_CONTAINS(err.msg, errs[i].msg);
-        json_decref(js);
-    }
-    return 0;
+    return expect_schema_errors(errs, HX_COUNTOF(errs));
 }
 
 static int test_json_object_mode_accepts_any_object(void)
@@ -371,10 +379,7 @@ static int test_json_object_mode_accepts_any_object(void)
 
 static int test_unsupported_keywords_are_refused_by_name(void)
 {
-    static const struct {
-        const char *schema, *msg;
-        hx_status   st;
-    } cases[] = {
+    static const schema_error cases[] = {
         { "{\"type\":\"object\",\"patternProperties\":{}}",
           "json_schema: 'patternProperties' is not supported", HX_E_UNSUPPORTED },
         { "{\"properties\":{\"a\":{\"type\":\"integer\",\"multipleOf\":3}}}",
@@ -387,17 +392,7 @@ static int test_unsupported_keywords_are_refused_by_name(void)
           HX_E_INVALID },
         { "{\"type\":\"strin\"}", "found 'type' 'strin'", HX_E_INVALID },
     };
-    for (size_t i = 0; i < HX_COUNTOF(cases); i++) {
-        json_t *schema = json_loads(cases[i].schema, 0, NULL);
-        CHECK(schema != NULL);
-        char *text = NULL;
-        hx_err err = { 0 };
-        CHECK_EQ(hx_json_schema_to_grammar(schema, &text, &err), cases[i].st);
-        CHECK(text == NULL);
-        CHECK_CONTAINS(err.msg, cases[i].msg);
-        json_decref(schema);
-    }
-    return 0;
+    return expect_schema_errors(cases, HX_COUNTOF(cases));
 }
 
 /* ---- integer ranges ---- */
@@ -524,10 +519,7 @@ static int test_schema_integer_bounds_exclusive_and_real_valued(void)
 
 static int test_schema_integer_bound_errors_name_the_problem(void)
 {
-    static const struct {
-        const char *schema, *msg;
-        hx_status   st;
-    } cases[] = {
+    static const schema_error cases[] = {
         { "{\"type\":\"integer\",\"minimum\":5,\"maximum\":3}",
           "found the empty range [5, 3] (at #)", HX_E_INVALID },
         { "{\"type\":\"integer\",\"exclusiveMinimum\":3,\"exclusiveMaximum\":4}",
@@ -554,17 +546,7 @@ static int test_schema_integer_bound_errors_name_the_problem(void)
         { "{\"type\":\"integer\",\"enum\":[1,2],\"minimum\":2}",
           "'minimum' is supported on integers only, not beside 'enum'", HX_E_UNSUPPORTED },
     };
-    for (size_t i = 0; i < HX_COUNTOF(cases); i++) {
-        json_t *schema = json_loads(cases[i].schema, 0, NULL);
-        CHECK(schema != NULL);
-        char *text = NULL;
-        hx_err err = { 0 };
-        CHECK_EQ(hx_json_schema_to_grammar(schema, &text, &err), cases[i].st);
-        CHECK(text == NULL);
-        CHECK_CONTAINS(err.msg, cases[i].msg);
-        json_decref(schema);
-    }
-    return 0;
+    return expect_schema_errors(cases, HX_COUNTOF(cases));
 }
 
 /* ---- token masks ---- */
