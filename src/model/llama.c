@@ -15,7 +15,12 @@
 
 #define HX_PI 3.14159265358979323846
 
-static const char *const families[] = {"llama", "mistral", "qwen2", "qwen3"};
+static const char *const families[] = {"llama", "mistral", "qwen2", "qwen3", NULL};
+
+const char *const *hx_llm_architectures(void)
+{
+    return families;
+}
 
 static const hx_tensor *get(const hx_model_files *mf, const char *name)
 {
@@ -140,13 +145,17 @@ hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok,
 {
     const hx_hparams *hp = &mf->hp;
     bool known = false;
-    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+    char list[256] = "";
+    for (size_t i = 0; families[i]; i++) {
         known |= strcmp(hp->arch, families[i]) == 0;
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                 families[i]);
+    }
     if (!known || hp->n_expert > 0)
         return hx_err_set(err, HX_E_UNSUPPORTED,
-                          "%s: architecture '%s'%s has no forward pass yet (supported: llama, "
-                          "mistral, qwen2, qwen3)", mf->path, hp->arch,
-                          hp->n_expert > 0 ? " (mixture of experts)" : "");
+                          "%s: architecture '%s'%s has no forward pass yet (supported: %s)",
+                          mf->path, hp->arch, hp->n_expert > 0 ? " (mixture of experts)" : "",
+                          list);
     if (max_tok < 1) return hx_err_set(err, HX_E_INVALID, "step size must be at least 1 row");
     hx_llm *m = hx_calloc(1, sizeof *m);
     if (!m) return hx_err_set(err, HX_E_NOMEM, "out of memory");

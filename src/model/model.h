@@ -48,6 +48,10 @@ typedef struct hx_llm {
     float *logits; /* [max_tok, n_vocab] */
 } hx_llm;
 
+/* The architectures with a forward pass, by the names hx_hparams.arch uses (GGUF
+ * general.architecture; config.json model_type maps onto them): a NULL-terminated list. */
+const char *const *hx_llm_architectures(void);
+
 /* Binds mf's weights for inference on be with steps of up to max_tok rows. Fails with
  * HX_E_UNSUPPORTED naming the architecture when the family has no forward pass, or
  * HX_E_FORMAT naming the missing tensor. */
