@@ -17,8 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/alloc.h"
+#include "format/discover.h"
 #include "serve/adapter.h"
 
 #define FINGERPRINT "hearth-" HX_VERSION_STRING
@@ -695,17 +697,71 @@ void hx_openai_completions(void *ctx, hx_http_req *req, hx_http_resp *resp)
     hx_exchange_serve(ctx, req, resp, hx_openai_parse_completions, &text_wire);
 }
 
+/* The served model: OpenAI's fields, the context as vLLM (max_model_len) and LM Studio
+ * (context_length) name it, what requests may ask of it, and llama-server's "meta". */
 static json_t *model_object(const hx_server *s)
 {
-    return json_pack("{s:s, s:s, s:I, s:s}", "id", s->model_id, "object", "model", "created",
-                     (json_int_t)s->created, "owned_by", "hearth");
+    const hx_hparams *hp = &s->mf->hp;
+    const char *format = s->mf->format == HX_FMT_GGUF  ? "gguf"
+                         : s->mf->format == HX_FMT_MLX ? "mlx"
+                                                       : "safetensors";
+    return json_pack(
+        "{s:s, s:s, s:I, s:s, s:i, s:i, s:{s:s}, s:{s:b, s:b, s:b, s:b}, "
+        "s:{s:s, s:s, s:s, s:i, s:i, s:i, s:I, s:I}}",
+        "id", s->model_id, "object", "model", "created", (json_int_t)s->created, "owned_by",
+        "hearth", "context_length", (int)s->n_ctx, "max_model_len", (int)s->n_ctx, "status",
+        "value", "loaded", "capabilities", "chat", s->tpl != NULL, "tools", s->tpl != NULL,
+        "reasoning", s->thinks, "structured_output", true, "meta", "architecture", hp->arch,
+        "format", format, "quant",
+        hx_dtypes[hx_model_files_main_dtype(s->mf)].name, "n_ctx_train", (int)hp->n_ctx_train,
+        "n_vocab", (int)hp->n_vocab, "n_embd", (int)hp->d_model, "n_params",
+        (json_int_t)hx_model_files_n_params(s->mf), "size",
+        (json_int_t)hx_model_files_n_bytes(s->mf));
 }
 
+/* Adds the fields Anthropic's model list has (type, display_name, created_at) to o. */
+static json_t *anthropic_fields(json_t *o, const char *id, int64_t created)
+{
+    char when[32];
+    const time_t t = (time_t)created;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    json_object_set_new(o, "type", json_string("model"));
+    json_object_set_new(o, "display_name", json_string(id));
+    json_object_set_new(o, "created_at", json_string(when));
+    return o;
+}
+
+/* The served model first, then the other models on this machine (hearth serve runs one; they
+ * are listed, unloaded, so a client sees what `hearth serve NAME` could start). One list for
+ * both SDKs: OpenAI's fields and Anthropic's (type, display_name, created_at, has_more). */
 void hx_openai_models(void *ctx, hx_http_req *req, hx_http_resp *resp)
 {
     (void)req;
+    const hx_server *s = ctx;
+    json_t *data = json_array();
+    json_array_append_new(data, anthropic_fields(model_object(s), s->model_id, s->created));
+    hx_local_models local = {0};
+    hx_err err = {0};
+    if (hx_discover_list(&local, &err) == HX_OK) {
+        for (int i = 0; i < local.n; i++) {
+            if (strcmp(local.items[i].name, s->model_id) == 0) continue;
+            const char *id = local.items[i].name;
+            json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:{s:s}, s:s}", "id", id, "object",
+                                  "model", "created", (json_int_t)0, "owned_by", "hearth",
+                                  "status", "value", "unloaded", "where", local.items[i].where);
+            if (o) json_array_append_new(data, anthropic_fields(o, id, 0));
+        }
+        hx_discover_free(&local);
+    }
+    const size_t n = json_array_size(data);
+    json_t *first = json_object_get(json_array_get(data, 0), "id");
+    json_t *last = json_object_get(json_array_get(data, n - 1), "id");
     hx_json_reply(HX_API_OPENAI, 200,
-                  json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(ctx)), resp);
+                  json_pack("{s:s, s:o, s:b, s:O, s:O}", "object", "list", "data", data,
+                            "has_more", false, "first_id", first, "last_id", last),
+                  resp);
 }
 
 /* Percent-decodes src into dst (cap bytes); false when it does not fit. */

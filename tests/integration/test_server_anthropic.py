@@ -311,3 +311,11 @@ def test_api_key_through_the_sdk(starter):
                        {"model": "m", "messages": CAPITAL},
                        {"Authorization": "Bearer sekrit-456"})
         assert st == 200
+
+
+def test_models_list_through_the_anthropic_sdk(client):
+    page = client.models.list()
+    assert page.data[0].id == MODEL_ID and page.data[0].type == "model"
+    assert page.data[0].display_name == MODEL_ID
+    assert page.data[0].created_at.year >= 2024
+    assert page.has_more is False and page.first_id == MODEL_ID

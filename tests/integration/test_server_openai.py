@@ -390,22 +390,48 @@ def test_completions_stop_and_length(client):
 # ---- models -------------------------------------------------------------------------------------
 
 def test_models_list(client):
-    models = client.models.list()
-    data = list(models)
-    assert len(data) == 1
-    assert data[0].id == MODEL_ID
+    data = list(client.models.list())
+    assert data[0].id == MODEL_ID  # the served model first; other local models may follow
     assert data[0].object == "model"
+    assert all(m.id != MODEL_ID for m in data[1:])
 
 
 def test_models_list_raw_shape(srv):
+    """The served model says what it can do: its context, chat, tools, reasoning, structured
+    output, and llama-server's "meta" block."""
     c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
     c.request("GET", "/v1/models")
     r = c.getresponse()
     body = json.loads(r.read())
     c.close()
     assert r.status == 200
-    assert body["object"] == "list" and len(body["data"]) == 1
-    assert body["data"][0]["id"] == MODEL_ID
+    assert body["object"] == "list"
+    m = body["data"][0]
+    assert m["id"] == MODEL_ID and m["status"] == {"value": "loaded"}
+    assert m["context_length"] == m["max_model_len"] == 8192
+    assert m["capabilities"] == {"chat": True, "tools": True, "reasoning": False,
+                                 "structured_output": True}
+    meta = m["meta"]
+    assert meta["architecture"] == "llama" and meta["format"] == "gguf"
+    assert meta["quant"] == "q4_1" and meta["n_vocab"] == 49152 and meta["n_embd"] == 576
+    assert meta["n_ctx_train"] == 8192 and 130e6 < meta["n_params"] < 140e6
+    assert 50e6 < meta["size"] < 120e6
+    assert all(x["status"] == {"value": "unloaded"} for x in body["data"][1:])
+
+
+def test_models_list_names_the_other_local_models(starter, tmp_path):
+    """hearth serve runs one model; the others found on this machine are listed, unloaded."""
+    (tmp_path / "models").mkdir()
+    for name in ("first.Q4_1.gguf", "second.Q4_1.gguf"):
+        (tmp_path / "models" / name).symlink_to(starter)
+    env = {"HEARTH_HOME": str(tmp_path), "HF_HUB_CACHE": str(tmp_path / "hub")}
+    with Server("first", "--ctx", "512", env=env) as s:
+        status, _, raw = req(s, "GET", "/v1/models")
+    assert status == 200
+    data = json.loads(raw)["data"]
+    assert [(m["id"], m["status"]["value"]) for m in data] == [
+        ("first.Q4_1", "loaded"), ("second.Q4_1", "unloaded")]
+    assert data[0]["context_length"] == 512 and data[1]["where"] == "hearth"
 
 
 def test_models_retrieve(client):
