@@ -62,11 +62,14 @@ typedef struct {
     int32_t        n_ctx;
 } hx_kv_seq;
 
-/* Attention shape and options for one layer. */
+/* Attention shape and options for one layer. Initializers written before softcap existed leave
+ * it zero (no capping). */
 typedef struct {
     int32_t n_head, n_kv_head, d_head;
     float   scale;          /* usually 1/sqrt(d_head) */
     int32_t sliding_window; /* 0: full causal attention */
+    float   softcap;        /* 0: none; else each scaled score s becomes softcap*tanh(s/softcap)
+                             * before the softmax (Gemma 2's attn_logit_softcapping) */
 } hx_attn_shape;
 
 struct hx_backend {
@@ -120,8 +123,15 @@ struct hx_backend {
                         int64_t d, float *dst);
     /* out = silu(gate) * up, n elements. */
     void (*swiglu)(hx_backend *be, const float *gate, const float *up, int64_t n, float *out);
+    /* out = gelu_tanh(gate) * up, n elements, with gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi)
+     * (x + 0.044715 x^3))) (Gemma's GeGLU, PyTorch's approximate="tanh"). out may alias. */
+    void (*geglu)(hx_backend *be, const float *gate, const float *up, int64_t n, float *out);
     /* x += y, n elements. */
     void (*add)(hx_backend *be, float *x, const float *y, int64_t n);
+    /* x *= s, n elements (Gemma's embedding scale). */
+    void (*scale)(hx_backend *be, float *x, float s, int64_t n);
+    /* x = cap * tanh(x / cap), n elements (final logit soft-capping; cap > 0). */
+    void (*softcap)(hx_backend *be, float *x, float cap, int64_t n);
 
     void (*destroy)(hx_backend *be);
 };

@@ -255,10 +255,18 @@ static void llm_scratch(const hx_hparams *hp, int64_t T, int32_t n_batch, uint64
     const uint64_t d = (uint64_t)hp->d_model, qd = (uint64_t)hp->n_head * (uint64_t)hp->d_head,
                    kvd = (uint64_t)hp->n_kv_head * (uint64_t)hp->d_head, f = sizeof(float);
     const uint64_t t = (uint64_t)T;
-    /* x, h, q, k, v, gate, up: a full prefill step writes every row of each. */
-    const uint64_t rows = t * f * (d + (d > qd ? d : qd) + qd + 2 * kvd + 2 * (uint64_t)hp->d_ff);
+    /* x, h, q (it also holds the attention and MLP outputs, d wide), k, v, gate, up: a full
+     * prefill step writes every row of each. */
+    const uint64_t dq = d > qd ? d : qd;
+    const uint64_t rows = t * f * (d + 2 * dq + 2 * kvd + 2 * (uint64_t)hp->d_ff);
+    /* The RoPE tables (two for Gemma 3) and the f32 (1 + w) norm copies of Gemma's Hugging Face
+     * files: four d_model norms and two d_head ones per layer, and the output norm. */
+    const uint64_t folded = hp->norm_plus_one
+                                ? ((uint64_t)hp->n_layer * (4 * d + 2 * (uint64_t)hp->d_head) + d) * f
+                                : 0;
     const uint64_t fixed = sizeof(hx_llm) + (uint64_t)hp->n_layer * sizeof(hx_layer) +
-                           (uint64_t)hp->d_head / 2 * f;
+                           (hp->rope_theta_swa > 0 ? 2 : 1) * (uint64_t)hp->d_head / 2 * f +
+                           folded;
     /* logits [T, n_vocab]: only the rows whose logits are asked for are written - one per
      * sequence in a step. */
     const uint64_t logit_rows = (uint64_t)(n_batch < T ? n_batch : T);

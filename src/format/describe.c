@@ -40,6 +40,23 @@ static json_t *hparams_json(const hx_hparams *hp)
         json_object_set_new(o, "n_expert", json_integer(hp->n_expert));
         json_object_set_new(o, "n_expert_used", json_integer(hp->n_expert_used));
     }
+    /* Gemma 2/3 and Phi-3 (present only where they differ from the Llama defaults). */
+    if (hp->n_rot > 0) json_object_set_new(o, "n_rot", json_integer(hp->n_rot));
+    if (hp->attn_scale > 0) json_object_set_new(o, "attn_scale", json_real(hp->attn_scale));
+    if (hp->attn_softcap > 0)
+        json_object_set_new(o, "attn_softcap", json_real(hp->attn_softcap));
+    if (hp->final_softcap > 0)
+        json_object_set_new(o, "final_softcap", json_real(hp->final_softcap));
+    if (hp->rope_theta_swa > 0)
+        json_object_set_new(o, "rope_theta_swa", json_real(hp->rope_theta_swa));
+    if (hp->norm_plus_one) json_object_set_new(o, "norm_plus_one", json_true());
+    if (hp->sliding_window > 0) {
+        json_t *full = json_array(); /* the global layers of a sliding/global pattern */
+        for (int32_t i = 0; i < hp->n_layer && full; i++)
+            if (hx_hparams_layer_window(hp, i) == 0) json_array_append_new(full, json_integer(i));
+        if (full && json_array_size(full) > 0) json_object_set_new(o, "full_attn_layers", full);
+        else json_decref(full);
+    }
     return o;
 }
 

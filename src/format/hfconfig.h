@@ -1,8 +1,9 @@
 /* hfconfig.h - Hugging Face config.json → hyper-parameters.
  *
  * Reads the names transformers uses (num_hidden_layers, hidden_size, num_key_value_heads,
- * rope_scaling, ...) into hx_hparams, with the families' defaults where a field is optional, and
- * keeps MLX's "quantization" block for per-tensor lookups. A missing required field or an unknown
+ * rope_scaling, ...) into hx_hparams, with the families' defaults where a field is optional
+ * (Gemma 3's text_config leaves most fields to Gemma3TextConfig's defaults), and keeps MLX's
+ * "quantization" block for per-tensor lookups. A missing required field or an unknown
  * model_type is an error naming config.json and the field. */
 #ifndef HX_FORMAT_HFCONFIG_H
 #define HX_FORMAT_HFCONFIG_H
@@ -17,6 +18,10 @@ typedef struct hx_hfconfig {
     int32_t    quant_bits;   /* its defaults */
     int32_t    quant_group;
     void      *quant;        /* the "quantization" json_t (owned reference), for overrides */
+    /* longrope (Phi-3): rope_scaling's long_factor and short_factor, n_rope_factors each
+     * (n_rot / 2), owned; NULL otherwise. */
+    float     *rope_long, *rope_short;
+    int32_t    n_rope_factors;
 } hx_hfconfig;
 
 /* Parses the config.json at path. On failure returns HX_E_FORMAT/HX_E_IO/HX_E_UNSUPPORTED with

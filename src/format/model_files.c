@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +105,67 @@ static char *gguf_strdup(const hx_gguf *g, const char *key)
     return hx_strndup(s.ptr, (size_t)s.len);
 }
 
+/* What Gemma 2/3 and Phi-3 GGUFs add (llama.cpp's converter writes these keys):
+ *  - partial rotary: rope.dimension_count below key_length;
+ *  - LongRoPE: rope_factors_long/short.weight tensors, rope.scaling.attn_factor; the factor is
+ *    context_length / rope.scaling.original_context_length, as transformers derives it;
+ *  - soft-capping: attn_logit_softcapping, final_logit_softcapping;
+ *  - Gemma's query scale: attention.scale when present, else llama.cpp's rule (the 27B models,
+ *    46 layers for Gemma 2 and 62 for Gemma 3, scale by d_model / n_head; the others by d_head);
+ *  - Gemma's sliding pattern: attention.sliding_window_pattern (a period, or one bool per layer,
+ *    true = sliding), else 2 (Gemma 2) or 6 (Gemma 3); Gemma 3's local RoPE base
+ *    rope.freq_base_swa, else 10000.
+ * GGUF norm weights of Gemma already hold 1 + w (the converter adds 1), so norm_plus_one stays
+ * false. */
+static hx_status gguf_family_hparams(const hx_gguf *g, const char *ga, const char *path,
+                                     hx_hparams *hp, hx_err *err)
+{
+    gguf_arch_u32(g, ga, "rope.dimension_count", &hp->n_rot);
+    if (hp->n_rot >= hp->d_head) hp->n_rot = 0;
+    if (hp->n_rot % 2 != 0)
+        return hx_err_set(err, HX_E_FORMAT, "%s: %s.rope.dimension_count %d is odd", path, ga,
+                          hp->n_rot);
+    if (hx_gguf_find_tensor(g, "rope_factors_long.weight")) {
+        hp->rope_scaling = HX_ROPE_SCALING_LONGROPE;
+        gguf_arch_f32(g, ga, "rope.scaling.attn_factor", &hp->rope_attn_factor);
+        if (hp->rope_orig_ctx <= 0)
+            return hx_err_set(err, HX_E_FORMAT, "%s: LongRoPE factors without "
+                              "%s.rope.scaling.original_context_length", path, ga);
+        if (hp->rope_factor <= 0)
+            hp->rope_factor = (float)hp->n_ctx_train / (float)hp->rope_orig_ctx;
+    }
+    gguf_arch_f32(g, ga, "attn_logit_softcapping", &hp->attn_softcap);
+    gguf_arch_f32(g, ga, "final_logit_softcapping", &hp->final_softcap);
+    const bool g2 = strcmp(hp->arch, "gemma2") == 0, g3 = strcmp(hp->arch, "gemma3") == 0;
+    if (!g2 && !g3) return HX_OK;
+    const bool big = hp->n_layer == (g2 ? 46 : 62);
+    hp->attn_scale = 1.0f / sqrtf(big ? (float)hp->d_model / (float)hp->n_head : (float)hp->d_head);
+    gguf_arch_f32(g, ga, "attention.scale", &hp->attn_scale);
+    if (hp->n_layer > HX_MAX_LAYERS)
+        return hx_err_set(err, HX_E_UNSUPPORTED, "%s: %d layers with a per-layer attention "
+                          "pattern (at most %d)", path, hp->n_layer, HX_MAX_LAYERS);
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", ga);
+    const hx_gguf_kv *pat = hx_gguf_find(g, key);
+    if (pat && pat->type == HX_GGUF_ARRAY && pat->arr_type == HX_GGUF_BOOL) {
+        if (pat->arr_n != (uint64_t)hp->n_layer)
+            return hx_err_set(err, HX_E_FORMAT, "%s: %s has %llu entries for %d layers", path, key,
+                              (unsigned long long)pat->arr_n, hp->n_layer);
+        for (int32_t i = 0; i < hp->n_layer; i++)
+            if (!pat->arr_data[i]) hx_hparams_set_full_attn(hp, i);
+    } else {
+        int32_t period = g2 ? 2 : 6;
+        gguf_arch_u32(g, ga, "attention.sliding_window_pattern", &period);
+        for (int32_t i = 0; i < hp->n_layer; i++)
+            if (period <= 1 || (i + 1) % period == 0) hx_hparams_set_full_attn(hp, i);
+    }
+    if (g3) {
+        hp->rope_theta_swa = 10000.0f;
+        gguf_arch_f32(g, ga, "rope.freq_base_swa", &hp->rope_theta_swa);
+    }
+    return HX_OK;
+}
+
 static hx_status open_gguf(hx_model_files *mf, const char *path, hx_err *err)
 {
     hx_status st = hx_gguf_open(path, &mf->gguf, err);
@@ -166,6 +228,7 @@ static hx_status open_gguf(hx_model_files *mf, const char *path, hx_err *err)
     gguf_arch_u32(g, gguf_arch, "rope.scaling.original_context_length", &hp->rope_orig_ctx);
     /* Llama 3.1+ GGUFs carry the llama3 scaling as precomputed per-dimension factors. */
     if (hx_gguf_find_tensor(g, "rope_freqs.weight")) hp->rope_scaling = HX_ROPE_SCALING_LLAMA3;
+    if ((st = gguf_family_hparams(g, gguf_arch, path, hp, err)) != HX_OK) return st;
 
     const hx_gguf_kv *toks = hx_gguf_find(g, "tokenizer.ggml.tokens");
     if (hp->n_vocab == 0 && toks && toks->type == HX_GGUF_ARRAY && toks->arr_n <= INT32_MAX)
@@ -388,6 +451,29 @@ done:
     return st;
 }
 
+/* config.json's LongRoPE lists become the tensors a GGUF has for them (rope_factors_long and
+ * rope_factors_short, F32 [n_rot / 2]), so the model binds one name whatever the format. Their
+ * floats live in mf->rope_factors. */
+static hx_status push_rope_factors(hx_model_files *mf, int64_t *cap, const hx_hfconfig *cfg,
+                                   hx_err *err)
+{
+    const int32_t n = cfg->n_rope_factors;
+    if (!(mf->rope_factors = hx_alloc(2 * (size_t)n * sizeof(float))))
+        return hx_err_set(err, HX_E_NOMEM, "%s: out of memory", mf->path);
+    memcpy(mf->rope_factors, cfg->rope_long, (size_t)n * sizeof(float));
+    memcpy(mf->rope_factors + n, cfg->rope_short, (size_t)n * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        const hx_tensor t = {.dtype = HX_DT_F32, .n_dims = 1, .shape = {n},
+                             .data = mf->rope_factors + k * n, .n_bytes = (size_t)n * 4};
+        hx_status st = push_tensor(mf, cap, k ? "rope_factors_short.weight"
+                                              : "rope_factors_long.weight",
+                                   k ? "config.json rope_scaling.short_factor"
+                                     : "config.json rope_scaling.long_factor", &t, -1, 0, err);
+        if (st != HX_OK) return st;
+    }
+    return HX_OK;
+}
+
 static hx_status open_folder(hx_model_files *mf, const char *dir, hx_err *err)
 {
     hx_hfconfig cfg;
@@ -459,6 +545,7 @@ static hx_status open_folder(hx_model_files *mf, const char *dir, hx_err *err)
             if (st != HX_OK) goto done;
         }
     }
+    if (cfg.rope_long && (st = push_rope_factors(mf, &cap, &cfg, err)) != HX_OK) goto done;
     if (weight_map && (int64_t)json_object_size(weight_map) > 0) {
         /* Every tensor the index promises must be somewhere. */
         const char *tname;
@@ -606,6 +693,7 @@ void hx_model_files_close(hx_model_files *mf)
     hx_free(mf->chat_template);
     hx_free(mf->chat_template_source);
     hx_free(mf->generation_config);
+    hx_free(mf->rope_factors);
     hx_free(mf->path);
     hx_free(mf);
 }

@@ -28,6 +28,9 @@ typedef enum { HX_FMT_GGUF, HX_FMT_SAFETENSORS, HX_FMT_MLX } hx_file_format;
  * that GGUF files rotate adjacent pairs. The forward pass picks its RoPE kernel from this. */
 typedef enum { HX_ROPE_PAIRS, HX_ROPE_HALVES } hx_rope_layout;
 
+/* Layers a per-layer attention pattern can describe (hx_hparams.full_attn_layers). */
+#define HX_MAX_LAYERS 256
+
 typedef enum {
     HX_ROPE_SCALING_NONE, HX_ROPE_SCALING_LINEAR, HX_ROPE_SCALING_LLAMA3, HX_ROPE_SCALING_YARN,
     HX_ROPE_SCALING_LONGROPE
@@ -57,7 +60,35 @@ typedef struct {
     bool                 tie_embeddings;        /* no output.weight: logits use token_embd */
     bool                 qk_norm;               /* per-head RMSNorm on q and k (Qwen3) */
     bool                 attn_bias;             /* q/k/v projections carry biases (Qwen2) */
+    /* Gemma 2/3 and Phi-3 (issue 8); zero for the Llama family. */
+    int32_t              n_rot;                 /* rotated dims per head; 0: d_head (Phi-3
+                                                   partial_rotary_factor, GGUF rope.dimension_count) */
+    float                attn_scale;            /* query scaling; 0: 1/sqrt(d_head) (Gemma:
+                                                   query_pre_attn_scalar^-0.5) */
+    float                attn_softcap;          /* 0: none; scores = c * tanh(scores / c) */
+    float                final_softcap;         /* 0: none; logits = c * tanh(logits / c) */
+    float                rope_theta_swa;        /* RoPE base of sliding layers, unscaled; 0: the
+                                                   one rope of every layer (Gemma 3: 10000) */
+    float                rope_attn_factor;      /* longrope magnitude factor; 0: derived */
+    bool                 norm_plus_one;         /* norm weights stored w, applied (1 + w) (Gemma
+                                                   in Hugging Face files; GGUF stores 1 + w) */
+    /* Bit i set: layer i attends to the whole context although sliding_window is set (Gemma
+     * 2/3 alternate sliding and global layers). All clear: every layer slides (Mistral, Phi-3). */
+    uint8_t              full_attn_layers[HX_MAX_LAYERS / 8];
 } hx_hparams;
+
+/* The window layer i attends over: 0 (everything) or hp->sliding_window. */
+static inline int32_t hx_hparams_layer_window(const hx_hparams *hp, int32_t i)
+{
+    if (hp->sliding_window <= 0 || i < 0 || i >= HX_MAX_LAYERS) return hp->sliding_window;
+    return (hp->full_attn_layers[i / 8] >> (i % 8)) & 1 ? 0 : hp->sliding_window;
+}
+
+/* Marks layer i as global (full attention). */
+static inline void hx_hparams_set_full_attn(hx_hparams *hp, int32_t i)
+{
+    if (i >= 0 && i < HX_MAX_LAYERS) hp->full_attn_layers[i / 8] |= (uint8_t)(1u << (i % 8));
+}
 
 typedef struct {
     char     *name;       /* normalised; owned */
@@ -86,6 +117,8 @@ typedef struct hx_model_files {
     char           *chat_template_source; /* "gguf", "tokenizer_config.json", "chat_template.jinja" */
     char           *generation_config; /* path of generation_config.json, or NULL */
     int32_t         mlx_bits, mlx_group_size; /* MLX only: the default quantization */
+    float          *rope_factors;   /* owned: config.json's LongRoPE lists, the data of the
+                                       rope_factors_long/short tensors (file_index -1); or NULL */
 } hx_model_files;
 
 /* Opens and validates the model at path (see the top of this file). On success *out owns the

@@ -126,6 +126,9 @@ static const name_pair whole_names[] = {
     {"language_model.model.embed_tokens", "token_embd"},
     {"language_model.model.norm",         "output_norm"},
     {"language_model.lm_head",            "output"},
+    /* Gemma 3 multimodal checkpoints as transformers >= 4.52 saves them */
+    {"model.language_model.embed_tokens", "token_embd"},
+    {"model.language_model.norm",         "output_norm"},
 };
 
 /* Splits "stem.kind" where kind is the last component (weight, bias, scales, biases). */
@@ -153,8 +156,9 @@ bool hx_tensor_name_from_hf(const char *arch, const char *hf_name, char *out, un
         }
 
     int layer, used = 0;
-    const char *prefixes[] = {"model.layers.%d.%n", "language_model.model.layers.%d.%n"};
-    for (size_t p = 0; p < 2 && !used; p++)
+    const char *prefixes[] = {"model.layers.%d.%n", "language_model.model.layers.%d.%n",
+                              "model.language_model.layers.%d.%n"};
+    for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0] && !used; p++)
         if (sscanf(stem, prefixes[p], &layer, &used) != 1) used = 0;
     if (used > 0 && layer >= 0) {
         const char *rest = stem + used;

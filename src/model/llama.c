@@ -1,11 +1,19 @@
-/* llama.c - the Llama-family forward pass (Llama 2/3.x, SmolLM2, Mistral, Qwen2, Qwen3).
+/* llama.c - the transformer forward pass shared by every dense family: Llama (Llama 2/3.x,
+ * SmolLM2, Mistral, Qwen2, Qwen3), Gemma 2/3 and Phi-3.
  *
  * One block: h = rmsnorm(x); q,k,v = h Wq,Wk,Wv (+ biases for Qwen2); per-head RMSNorm of q and k
- * (Qwen3); rope(q, k); store k, v in the paged cache; o = attention(q, cache) Wo; x += o;
- * h = rmsnorm(x); x += (silu(h Wg) * h Wu) Wd. After the last block, rmsnorm and the output
- * projection (the token embedding when tied) for the requested rows only.
- * Everything goes through the backend table; this file never touches activation memory. */
+ * (Qwen3, Gemma 3); rope(q, k) (partial for Phi-3; Gemma 3's sliding layers have their own
+ * base); store k, v in the paged cache; o = attention(q, cache) Wo (sliding window per layer,
+ * Gemma 2's score soft-capping); Gemma: o = rmsnorm(o); x += o; h = rmsnorm(x);
+ * m = (act(h Wg) * h Wu) Wd with act silu, or gelu_tanh for Gemma; Gemma: m = rmsnorm(m);
+ * x += m. Gemma scales the embeddings by sqrt(d_model) and Gemma 2 soft-caps the logits. After
+ * the last block, rmsnorm and the output projection (the token embedding when tied) for the
+ * requested rows only. The per-family differences are data (hx_hparams, optional tensors of
+ * hx_layer), switched on here; family.c binds what only some families have (fused weights,
+ * (1 + w) norms, RoPE tables). Everything goes through the backend table; this file never
+ * touches activation memory. */
 #include "model/model.h"
+#include "model/model_int.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -15,14 +23,15 @@
 
 #define HX_PI 3.14159265358979323846
 
-static const char *const families[] = {"llama", "mistral", "qwen2", "qwen3", NULL};
+static const char *const families[] = {"llama", "mistral", "qwen2",  "qwen3",
+                                       "gemma2", "gemma3", "phi3", NULL};
 
 const char *const *hx_llm_architectures(void)
 {
     return families;
 }
 
-static const hx_tensor *get(const hx_model_files *mf, const char *name)
+const hx_tensor *hx_model_get(const hx_model_files *mf, const char *name)
 {
     const hx_tensor_info *ti = hx_model_files_find(mf, name);
     return ti ? &ti->t : NULL;
@@ -34,7 +43,7 @@ static hx_status bind(const hx_model_files *mf, int i, const char *what, const c
 {
     char name[96];
     snprintf(name, sizeof name, "blk.%d.%s.%s", i, what, kind);
-    *out = get(mf, name);
+    *out = hx_model_get(mf, name);
     if (!*out && required)
         return hx_err_set(err, HX_E_FORMAT, "%s: missing tensor %s", mf->path, name);
     return HX_OK;
@@ -56,6 +65,7 @@ void hx_rope_init(const hx_hparams *hp, int32_t n_rot, const hx_tensor *freq_fac
 {
     const int32_t half = n_rot / 2;
     float ff[1024];
+    for (int32_t i = 0; i < 1024; i++) ff[i] = 1.0f;
     if (freq_factors && half <= 1024) hx_tensor_dequant_row(freq_factors, 0, ff);
     *mscale = 1.0f;
     for (int32_t i = 0; i < half; i++) {
@@ -94,6 +104,14 @@ void hx_rope_init(const hx_hparams *hp, int32_t n_rot, const hx_tensor *freq_fac
             const double extrap = 1.0 - ramp;
             f = f / fac * (1.0 - extrap) + f * extrap;
             *mscale = (float)(0.1 * log(fac) + 1.0);
+            break;
+        }
+        case HX_ROPE_SCALING_LONGROPE: { /* per-dimension factors (long or short list) */
+            f /= ff[i];
+            const double fac = hp->rope_factor, orig = hp->rope_orig_ctx;
+            *mscale = hp->rope_attn_factor > 0 ? hp->rope_attn_factor
+                      : fac <= 1.0 || orig <= 1 ? 1.0f
+                                                : (float)sqrt(1.0 + log(fac) / log(orig));
             break;
         }
         default:
@@ -140,6 +158,61 @@ static void release_weights(hx_llm *m)
     if (m->output && m->output->prepared) m->be->weight_release(m->be, m->output);
 }
 
+/* The family switches that are not in the files' tensors: Gemma's embedding scale and GeGLU. */
+static bool is_gemma(const char *arch)
+{
+    return strcmp(arch, "gemma2") == 0 || strcmp(arch, "gemma3") == 0;
+}
+
+/* Binds layer i's tensors (names in the GGUF scheme, names.c), splits fused ones (family.c),
+ * and checks what must be there and its shapes. */
+static hx_status bind_layer(hx_llm *m, int i, hx_err *err)
+{
+    const hx_model_files *mf = m->mf;
+    const hx_hparams *hp = &m->hp;
+    hx_layer *L = &m->layers[i];
+    const bool gemma = is_gemma(hp->arch);
+    const int64_t d = hp->d_model, qd = (int64_t)hp->n_head * hp->d_head,
+                  kvd = (int64_t)hp->n_kv_head * hp->d_head;
+    hx_status st;
+    if ((st = bind(mf, i, "attn_norm", "weight", true, &L->attn_norm, err)) ||
+        (st = bind(mf, i, "attn_q", "weight", false, &L->wq, err)) ||
+        (st = bind(mf, i, "attn_k", "weight", false, &L->wk, err)) ||
+        (st = bind(mf, i, "attn_v", "weight", false, &L->wv, err)) ||
+        (st = bind(mf, i, "attn_output", "weight", true, &L->wo, err)) ||
+        (st = bind(mf, i, "attn_q", "bias", false, &L->bq, err)) ||
+        (st = bind(mf, i, "attn_k", "bias", false, &L->bk, err)) ||
+        (st = bind(mf, i, "attn_v", "bias", false, &L->bv, err)) ||
+        (st = bind(mf, i, "attn_q_norm", "weight", false, &L->q_norm, err)) ||
+        (st = bind(mf, i, "attn_k_norm", "weight", false, &L->k_norm, err)) ||
+        (st = bind(mf, i, "ffn_norm", "weight", true, &L->ffn_norm, err)) ||
+        (st = bind(mf, i, "ffn_gate", "weight", false, &L->w_gate, err)) ||
+        (st = bind(mf, i, "ffn_up", "weight", true, &L->w_up, err)) ||
+        (st = bind(mf, i, "ffn_down", "weight", true, &L->w_down, err)) ||
+        (st = bind(mf, i, "post_attention_norm", "weight", gemma, &L->post_attn_norm, err)) ||
+        (st = bind(mf, i, "post_ffw_norm", "weight", gemma, &L->post_ffn_norm, err)) ||
+        (st = hx_model_split_fused(m, i, L, err)))
+        return st;
+    const char *missing = !L->wq ? "attn_q" : !L->wk ? "attn_k" : !L->wv ? "attn_v"
+                          : !L->w_gate ? "ffn_gate" : NULL;
+    if (missing)
+        return hx_err_set(err, HX_E_FORMAT, "%s: missing tensor blk.%d.%s.weight", mf->path, i,
+                          missing);
+    if (!L->q_norm != !L->k_norm)
+        return hx_err_set(err, HX_E_FORMAT, "%s: blk.%d has only one of attn_q_norm and "
+                          "attn_k_norm", mf->path, i);
+    if ((st = check2(mf, L->wq, "attn_q", i, qd, d, err)) ||
+        (st = check2(mf, L->wk, "attn_k", i, kvd, d, err)) ||
+        (st = check2(mf, L->wv, "attn_v", i, kvd, d, err)) ||
+        (st = check2(mf, L->wo, "attn_output", i, d, qd, err)) ||
+        (st = check2(mf, L->w_gate, "ffn_gate", i, hp->d_ff, d, err)) ||
+        (st = check2(mf, L->w_up, "ffn_up", i, hp->d_ff, d, err)) ||
+        (st = check2(mf, L->w_down, "ffn_down", i, d, hp->d_ff, err)))
+        return st;
+    L->window = hx_hparams_layer_window(hp, i);
+    return HX_OK;
+}
+
 hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok, hx_llm **out,
                       hx_err *err)
 {
@@ -166,47 +239,24 @@ hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok,
     m->max_tok = max_tok;
     const int64_t d = hp->d_model, qd = (int64_t)hp->n_head * hp->d_head,
                   kvd = (int64_t)hp->n_kv_head * hp->d_head;
-    m->tok_embd = get(mf, "token_embd.weight");
-    m->out_norm = get(mf, "output_norm.weight");
-    m->output = get(mf, "output.weight");
+    m->tok_embd = hx_model_get(mf, "token_embd.weight");
+    m->out_norm = hx_model_get(mf, "output_norm.weight");
+    m->output = hx_model_get(mf, "output.weight");
     if (!m->output) m->output = m->tok_embd;
     if (!m->out_norm) {
         st = hx_err_set(err, HX_E_FORMAT, "%s: missing tensor output_norm.weight", mf->path);
         goto fail;
     }
     if (!(m->layers = hx_calloc((size_t)hp->n_layer, sizeof *m->layers))) goto nomem;
-    for (int i = 0; i < hp->n_layer; i++) {
-        hx_layer *L = &m->layers[i];
-        if ((st = bind(mf, i, "attn_norm", "weight", true, &L->attn_norm, err)) ||
-            (st = bind(mf, i, "attn_q", "weight", true, &L->wq, err)) ||
-            (st = bind(mf, i, "attn_k", "weight", true, &L->wk, err)) ||
-            (st = bind(mf, i, "attn_v", "weight", true, &L->wv, err)) ||
-            (st = bind(mf, i, "attn_output", "weight", true, &L->wo, err)) ||
-            (st = bind(mf, i, "attn_q", "bias", false, &L->bq, err)) ||
-            (st = bind(mf, i, "attn_k", "bias", false, &L->bk, err)) ||
-            (st = bind(mf, i, "attn_v", "bias", false, &L->bv, err)) ||
-            (st = bind(mf, i, "attn_q_norm", "weight", false, &L->q_norm, err)) ||
-            (st = bind(mf, i, "attn_k_norm", "weight", false, &L->k_norm, err)) ||
-            (st = bind(mf, i, "ffn_norm", "weight", true, &L->ffn_norm, err)) ||
-            (st = bind(mf, i, "ffn_gate", "weight", true, &L->w_gate, err)) ||
-            (st = bind(mf, i, "ffn_up", "weight", true, &L->w_up, err)) ||
-            (st = bind(mf, i, "ffn_down", "weight", true, &L->w_down, err)))
-            goto fail;
-        if ((st = check2(mf, L->wq, "attn_q", i, qd, d, err)) ||
-            (st = check2(mf, L->wk, "attn_k", i, kvd, d, err)) ||
-            (st = check2(mf, L->wv, "attn_v", i, kvd, d, err)) ||
-            (st = check2(mf, L->wo, "attn_output", i, d, qd, err)) ||
-            (st = check2(mf, L->w_gate, "ffn_gate", i, hp->d_ff, d, err)) ||
-            (st = check2(mf, L->w_up, "ffn_up", i, hp->d_ff, d, err)) ||
-            (st = check2(mf, L->w_down, "ffn_down", i, d, hp->d_ff, err)))
-            goto fail;
+    for (int i = 0; i < hp->n_layer; i++)
+        if ((st = bind_layer(m, i, err)) != HX_OK) goto fail;
+    if (hp->norm_plus_one && (st = hx_model_fold_norms(m, err)) != HX_OK) goto fail;
+    if (is_gemma(hp->arch)) {
+        m->embed_scale = sqrtf((float)d); /* in the activation dtype, f32 */
+        m->geglu = true;
     }
     if ((st = prepare_weights(m, err)) != HX_OK) goto fail;
-    if (!(m->inv_freq = hx_alloc((size_t)hp->d_head / 2 * sizeof(float)))) goto nomem;
-    hx_rope_init(hp, hp->d_head, get(mf, "rope_freqs.weight"), m->inv_freq, &m->rope.mscale);
-    m->rope.inv_freq = m->inv_freq;
-    m->rope.n_rot = hp->d_head;
-    m->rope.pairs = hp->rope_layout == HX_ROPE_PAIRS;
+    if ((st = hx_model_rope_setup(m, err)) != HX_OK) goto fail;
 
     int64_t widest = d > qd ? d : qd;
     if (hp->d_ff > widest) widest = hp->d_ff;
@@ -215,7 +265,7 @@ hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok,
     const size_t T = (size_t)max_tok, f = sizeof(float);
     m->x = be->alloc(be, T * (size_t)d * f);
     m->h = be->alloc(be, T * (size_t)(d > qd ? d : qd) * f);
-    m->q = be->alloc(be, T * (size_t)qd * f);
+    m->q = be->alloc(be, T * (size_t)(d > qd ? d : qd) * f);
     m->k = be->alloc(be, T * (size_t)kvd * f);
     m->v = be->alloc(be, T * (size_t)kvd * f);
     m->gate = be->alloc(be, T * (size_t)hp->d_ff * f);
@@ -241,6 +291,8 @@ void hx_llm_close(hx_llm *m)
         if (bufs[i]) be->free(be, bufs[i]);
     release_weights(m);
     hx_free(m->inv_freq);
+    hx_free(m->inv_freq_swa);
+    hx_free(m->folded);
     hx_free(m->layers);
     hx_free(m);
 }
@@ -259,11 +311,19 @@ hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, const hx_batch *b, float *l
         if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab)
             return hx_err_set(err, HX_E_INVALID, "token id %d outside the vocabulary (%d)",
                               b->tokens[t], hp->n_vocab);
-    const hx_attn_shape shape = {hp->n_head, hp->n_kv_head, hp->d_head,
-                                 1.0f / sqrtf((float)hp->d_head), hp->sliding_window};
+    for (int64_t i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= T)
+            return hx_err_set(err, HX_E_INVALID, "logit row %d outside the batch",
+                              b->logit_rows[i]);
+    const float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hp->d_head);
     be->embed(be, m->tok_embd, b->tokens, T, m->x);
+    if (m->embed_scale > 0) be->scale(be, m->x, m->embed_scale, T * d);
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const hx_layer *L = &m->layers[l];
+        const hx_attn_shape shape = {hp->n_head, hp->n_kv_head, hp->d_head, scale, L->window,
+                                     hp->attn_softcap};
+        /* Gemma 3: the sliding layers rotate with their own base (rope_swa == rope otherwise). */
+        const hx_rope *rope = L->window > 0 ? &m->rope_swa : &m->rope;
         be->rmsnorm(be, m->x, L->attn_norm, T, d, hp->norm_eps, m->h);
         be->matmul(be, L->wq, L->bq, m->h, T, m->q);
         be->matmul(be, L->wk, L->bk, m->h, T, m->k);
@@ -272,8 +332,8 @@ hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, const hx_batch *b, float *l
             be->rmsnorm(be, m->q, L->q_norm, T * hp->n_head, hp->d_head, hp->norm_eps, m->q);
             be->rmsnorm(be, m->k, L->k_norm, T * hp->n_kv_head, hp->d_head, hp->norm_eps, m->k);
         }
-        be->rope(be, m->q, b->pos, T, hp->n_head, hp->d_head, &m->rope);
-        be->rope(be, m->k, b->pos, T, hp->n_kv_head, hp->d_head, &m->rope);
+        be->rope(be, m->q, b->pos, T, hp->n_head, hp->d_head, rope);
+        be->rope(be, m->k, b->pos, T, hp->n_kv_head, hp->d_head, rope);
         /* Per sequence: store its rows' K/V, then attend over its cache. */
         for (int64_t t0 = 0; t0 < T;) {
             int64_t t1 = t0 + 1;
@@ -285,22 +345,25 @@ hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, const hx_batch *b, float *l
             t0 = t1;
         }
         be->matmul(be, L->wo, NULL, m->h, T, m->q); /* q is free now: reuse for o */
+        if (L->post_attn_norm)
+            be->rmsnorm(be, m->q, L->post_attn_norm, T, d, hp->norm_eps, m->q);
         be->add(be, m->x, m->q, T * d);
         be->rmsnorm(be, m->x, L->ffn_norm, T, d, hp->norm_eps, m->h);
         be->matmul(be, L->w_gate, NULL, m->h, T, m->gate);
         be->matmul(be, L->w_up, NULL, m->h, T, m->up);
-        be->swiglu(be, m->gate, m->up, T * hp->d_ff, m->gate);
+        if (m->geglu) be->geglu(be, m->gate, m->up, T * hp->d_ff, m->gate);
+        else be->swiglu(be, m->gate, m->up, T * hp->d_ff, m->gate);
         be->matmul(be, L->w_down, NULL, m->gate, T, m->q);
+        if (L->post_ffn_norm)
+            be->rmsnorm(be, m->q, L->post_ffn_norm, T, d, hp->norm_eps, m->q);
         be->add(be, m->x, m->q, T * d);
     }
     /* Only the requested rows go through the final norm and the vocabulary projection. */
-    for (int64_t i = 0; i < b->n_logits; i++)
-        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= T)
-            return hx_err_set(err, HX_E_INVALID, "logit row %d outside the batch",
-                              b->logit_rows[i]);
     be->gather_rows(be, m->x, b->logit_rows, b->n_logits, d, m->h);
     be->rmsnorm(be, m->h, m->out_norm, b->n_logits, d, hp->norm_eps, m->h);
     be->matmul(be, m->output, NULL, m->h, b->n_logits, m->logits);
+    if (hp->final_softcap > 0)
+        be->softcap(be, m->logits, hp->final_softcap, b->n_logits * (int64_t)hp->n_vocab);
     be->read(be, logits, m->logits, (size_t)b->n_logits * (size_t)hp->n_vocab * sizeof(float));
     return HX_OK;
 }

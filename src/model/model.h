@@ -18,6 +18,15 @@ typedef struct {
     const hx_tensor *bq, *bk, *bv;                  /* NULL unless the family has biases */
     const hx_tensor *q_norm, *k_norm;               /* [d_head]; NULL unless qk-norm */
     const hx_tensor *ffn_norm, *w_gate, *w_up, *w_down;
+    /* Gemma 2/3: norms of the attention output and of the MLP output, before each is added to
+     * the residual stream ([d_model]); NULL for the other families. */
+    const hx_tensor *post_attn_norm, *post_ffn_norm;
+    int32_t          window;   /* sliding window of this layer; 0: full causal attention */
+    /* Storage the pointers above may point into: row views of fused weights (Phi-3 attn_qkv
+     * as q, k, v; ffn_up holding gate and up) and f32 (1 + w) copies of norms (Gemma in
+     * Hugging Face files). */
+    hx_tensor        split[5];
+    hx_tensor        folded[6];
 } hx_layer;
 
 typedef struct {
@@ -37,8 +46,14 @@ typedef struct hx_llm {
     hx_backend           *be;   /* borrowed */
     hx_layer             *layers;
     const hx_tensor      *tok_embd, *out_norm, *output;
+    hx_tensor             out_norm_folded; /* (1 + w) copy when hp.norm_plus_one */
+    float                *folded;          /* owned: the data of every folded norm */
     float                *inv_freq;
-    hx_rope               rope;
+    hx_rope               rope;            /* every layer, or the global layers of Gemma 3 */
+    float                *inv_freq_swa;
+    hx_rope               rope_swa;        /* Gemma 3's sliding layers (own base, unscaled) */
+    float                 embed_scale;     /* embeddings *= this (Gemma: sqrt(d_model)); 0: none */
+    bool                  geglu;           /* gelu_tanh gate (Gemma) instead of silu */
     int64_t               max_tok;
     /* one step's activations, backend memory */
     float *x;      /* [max_tok, d_model] residual stream */
@@ -65,7 +80,8 @@ hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, const hx_batch *batch, floa
                          hx_err *err);
 
 /* Fills inv_freq[n_rot/2] and the magnitude factor for the model's RoPE scaling (exposed for
- * tests). freq_factors (llama3 GGUFs' rope_freqs.weight) may be NULL. */
+ * tests). freq_factors (llama3 GGUFs' rope_freqs.weight; for longrope, the long or the short
+ * factors, required) may be NULL otherwise. */
 void hx_rope_init(const hx_hparams *hp, int32_t n_rot, const hx_tensor *freq_factors,
                   float *inv_freq, float *mscale);
 

@@ -6,7 +6,19 @@ plain: numpy in float64, weights dequantized by the `gguf` package (GGUF files) 
 numpy from safetensors (MLX affine weights are dequantized here by their definition,
 w = scale * q + bias), no quantization of activations, no fused kernels. It covers the families
 issue 4 names: Llama 2/3.x (incl. llama3 / linear / yarn rope scaling), SmolLM2, Mistral,
-Qwen2 (q/k/v biases), Qwen3 (per-head q/k RMSNorm), with tied or separate output embeddings.
+Qwen2 (q/k/v biases), Qwen3 (per-head q/k RMSNorm), with tied or separate output embeddings;
+and issue 8's, written from transformers' modeling_gemma2.py / modeling_gemma3.py /
+modeling_phi3.py:
+  Gemma 2: RMSNorm as x/rms * (1 + w) in Hugging Face files (GGUF stores 1 + w), embeddings
+    times sqrt(d_model), a norm after attention and after the MLP, GeGLU (gelu, tanh form),
+    scores scaled by query_pre_attn_scalar^-0.5 and soft-capped (c * tanh(s / c)), logits
+    soft-capped, sliding-window layers (even ones) beside global ones.
+  Gemma 3: the same without caps (unless configured), q/k RMSNorm per head, layer types from
+    layer_types or sliding_window_pattern, RoPE base rope_local_base_freq on sliding layers and
+    rope_theta with rope_scaling on global ones.
+  Phi-3: fused qkv_proj and gate_up_proj (split as transformers does), partial rotary,
+    LongRoPE (long factors when the sequence exceeds original_max_position_embeddings, cos and
+    sin times the magnitude factor), a sliding window on every layer.
 
 usage as a library:
     m = load("model.gguf" | "hf_folder")
@@ -64,7 +76,61 @@ def _gguf_load(path):
         w[t.name] = arr.reshape(shape)
     if "rope_freqs.weight" in w:  # llama3 scaling, as precomputed per-dimension factors
         cfg.scaling = dict(type="freq_factors", factors=w["rope_freqs.weight"])
+    _defaults(cfg)
+    cfg.family = arch
+    cfg.n_ctx_train = a("context_length", 0)
+    if arch in ("gemma2", "gemma3"):
+        # llama.cpp's query scale (GGUF has no query_pre_attn_scalar): 1/sqrt(head_dim)
+        big = cfg.n_layer == (46 if arch == "gemma2" else 62)
+        cfg.attn_scale = a("attention.scale",
+                           1 / math.sqrt(d_model / n_head if big else cfg.d_head))
+        cfg.attn_softcap = a("attn_logit_softcapping")
+        cfg.final_softcap = a("final_logit_softcapping")
+        cfg.window = a("attention.sliding_window")
+        period = 2 if arch == "gemma2" else 6
+        cfg.sliding = [(i + 1) % period != 0 for i in range(cfg.n_layer)]
+        if arch == "gemma3":
+            cfg.rope_theta_local = a("rope.freq_base_swa", 10000.0)
+        cfg.norm_plus_one = False  # the converter stored 1 + w
+    if arch == "phi3":
+        cfg.window = a("attention.sliding_window")
+        cfg.n_rot = a("rope.dimension_count", cfg.d_head)
+        if "rope_factors_long.weight" in w:
+            orig = a("rope.scaling.original_context_length")
+            cfg.scaling = dict(type="longrope", long=w.pop("rope_factors_long.weight"),
+                               short=w.pop("rope_factors_short.weight"), orig=orig,
+                               attn_factor=a("rope.scaling.attn_factor"))
+    _split_fused(cfg, w)
     return cfg, w
+
+
+def _defaults(cfg):
+    """The Llama family's values of the per-family switches."""
+    cfg.family = getattr(cfg, "family", "llama")
+    cfg.attn_scale = 1 / math.sqrt(cfg.d_head)
+    cfg.attn_softcap = cfg.final_softcap = None
+    cfg.window = None
+    cfg.sliding = [False] * cfg.n_layer
+    cfg.rope_theta_local = None
+    cfg.n_rot = cfg.d_head
+    cfg.norm_plus_one = False
+
+
+def _split_fused(cfg, w):
+    """Phi-3's fused weights split the way transformers reads them: qkv rows are q, then k, then
+    v; gate_up rows are gate, then up (up_states.chunk(2))."""
+    qd, kvd = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
+    for i in range(cfg.n_layer):
+        p = f"blk.{i}."
+        qkv = w.pop(p + "attn_qkv.weight", None)
+        if qkv is not None:
+            w[p + "attn_q.weight"] = qkv[:qd]
+            w[p + "attn_k.weight"] = qkv[qd:qd + kvd]
+            w[p + "attn_v.weight"] = qkv[qd + kvd:]
+        up = w.get(p + "ffn_up.weight")
+        if p + "ffn_gate.weight" not in w and up is not None:
+            f = up.shape[0] // 2
+            w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"] = up[:f], up[f:]
 
 
 def _bf16_to_f32(u16):
@@ -94,24 +160,32 @@ HF_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
             "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
             "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
             "self_attn.k_norm": "attn_k_norm", "post_attention_layernorm": "ffn_norm",
-            "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+            "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+            "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",
+            "pre_feedforward_layernorm": "ffn_norm",
+            "post_feedforward_layernorm": "post_ffw_norm"}
+# Gemma's post_attention_layernorm follows attention; Llama's precedes the MLP.
+GEMMA_NAMES = dict(HF_NAMES, post_attention_layernorm="post_attention_norm")
 
 
-def _hf_name(n):
+def _hf_name(n, gemma=False):
     whole = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
     stem, kind = n.rsplit(".", 1)
     if stem in whole:
         return f"{whole[stem]}.{kind}"
     parts = stem.split(".")
+    names = GEMMA_NAMES if gemma else HF_NAMES
     if parts[:2] == ["model", "layers"]:
         rest = ".".join(parts[3:])
-        if rest in HF_NAMES:
-            return f"blk.{parts[2]}.{HF_NAMES[rest]}.{kind}"
+        if rest in names:
+            return f"blk.{parts[2]}.{names[rest]}.{kind}"
     return n
 
 
 def _hf_load(folder):
     c = json.load(open(os.path.join(folder, "config.json")))
+    c = dict(c, **c.get("text_config", {}))
+    gemma = c["model_type"] in ("gemma2", "gemma3", "gemma3_text")
     tensors = {}
     for f in sorted(os.listdir(folder)):
         if f.endswith(".safetensors"):
@@ -137,7 +211,7 @@ def _hf_load(folder):
             arr = _bf16_to_f32(a).astype(np.float64)
         else:
             arr = a.astype(np.float64)
-        w[_hf_name(name)] = arr
+        w[_hf_name(name, gemma)] = arr
     n_head = c["num_attention_heads"]
     cfg = Config(arch=c["model_type"], n_layer=c["num_hidden_layers"], d_model=c["hidden_size"],
                  n_head=n_head, n_kv_head=c.get("num_key_value_heads", n_head),
@@ -154,20 +228,57 @@ def _hf_load(folder):
                                high=rs.get("high_freq_factor", 4.0),
                                beta_fast=rs.get("beta_fast", 32.0),
                                beta_slow=rs.get("beta_slow", 1.0))
+    _defaults(cfg)
+    mt = c["model_type"]
+    cfg.family = {"gemma3_text": "gemma3"}.get(mt, mt)
+    cfg.n_ctx_train = c.get("max_position_embeddings", 0)
+    if gemma:
+        g3 = cfg.family == "gemma3"
+        cfg.norm_plus_one = True
+        cfg.attn_scale = c.get("query_pre_attn_scalar", 256) ** -0.5
+        cfg.attn_softcap = c.get("attn_logit_softcapping", None if g3 else 50.0)
+        cfg.final_softcap = c.get("final_logit_softcapping", None if g3 else 30.0)
+        cfg.window = c.get("sliding_window", 4096)
+        if "layer_types" in c:
+            cfg.sliding = [t == "sliding_attention" for t in c["layer_types"]]
+        else:
+            period = c.get("sliding_window_pattern", 6) if g3 else 2
+            cfg.sliding = [(i + 1) % period != 0 for i in range(cfg.n_layer)]
+        if g3:
+            cfg.rope_theta_local = c.get("rope_local_base_freq", 10000.0)
+            cfg.rope_theta = c.get("rope_theta", 1000000.0)
+    if mt == "phi3":
+        cfg.window = c.get("sliding_window")
+        cfg.n_rot = int(cfg.d_head * c.get("partial_rotary_factor", 1.0))
+        if rs and rs.get("rope_type", rs.get("type")) in ("longrope", "su"):
+            orig = rs.get("original_max_position_embeddings",
+                          c.get("original_max_position_embeddings"))
+            factor = rs.get("factor", c["max_position_embeddings"] / orig)
+            af = rs.get("attention_factor")
+            if af is None:
+                af = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(orig))
+            cfg.scaling = dict(type="longrope", long=np.array(rs["long_factor"], np.float64),
+                               short=np.array(rs["short_factor"], np.float64), orig=orig,
+                               attn_factor=af)
+    _split_fused(cfg, w)
     return cfg, w
 
 
 # ---- the model ----
 
-def _rope_freqs(cfg):
+def _rope_freqs(cfg, theta=None, scaling="config", seq_len=0):
     """Inverse frequencies per rotated pair, with the config's scaling, and the attention
-    magnitude factor (yarn scales attention by 0.1*ln(factor)+1)."""
-    d = cfg.d_head
-    inv = 1.0 / (cfg.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    magnitude factor (yarn scales attention by 0.1*ln(factor)+1; longrope by its attention
+    factor, with the long factors once seq_len exceeds the original context)."""
+    d = cfg.n_rot
+    inv = 1.0 / ((theta or cfg.rope_theta) ** (np.arange(0, d, 2, dtype=np.float64) / d))
     mscale = 1.0
-    s = cfg.scaling
+    s = cfg.scaling if scaling == "config" else scaling
     if s is None:
         return inv, mscale
+    if s["type"] == "longrope":
+        ext = s["long"] if seq_len > s["orig"] else s["short"]
+        return inv / ext, s["attn_factor"]
     if s["type"] == "linear":
         return inv / s["factor"], mscale
     if s["type"] == "freq_factors":
@@ -194,28 +305,43 @@ def _rope_freqs(cfg):
     raise ValueError(f"rope scaling {s['type']}")
 
 
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _cap(x, c):
+    return x if not c else c * np.tanh(x / c)
+
+
 class Model:
     def __init__(self, cfg, w):
         self.cfg, self.w = cfg, w
-        self.inv_freq, self.mscale = _rope_freqs(cfg)
         self.out = w.get("output.weight", w["token_embd.weight"])
+        self.gemma = cfg.family in ("gemma2", "gemma3")
 
     def _norm(self, x, weight):
+        if self.cfg.norm_plus_one:
+            weight = 1 + weight
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.cfg.eps) * weight
 
-    def _rope(self, x, pos):
-        """x: [T, H, D]; rotates pairs (2i, 2i+1) or halves (i, i+D/2) by pos * inv_freq."""
-        ang = pos[:, None].astype(np.float64) * self.inv_freq[None, :]  # [T, D/2]
-        cos, sin = np.cos(ang)[:, None, :] * self.mscale, np.sin(ang)[:, None, :] * self.mscale
+    def _rope(self, x, pos, freqs):
+        """x: [T, H, D]; rotates pairs (2i, 2i+1) or halves (i, i+R/2) of the first R = n_rot
+        dims by pos * inv_freq; the other dims pass through (partial rotary)."""
+        inv_freq, mscale = freqs
+        ang = pos[:, None].astype(np.float64) * inv_freq[None, :]  # [T, R/2]
+        cos, sin = np.cos(ang)[:, None, :] * mscale, np.sin(ang)[:, None, :] * mscale
+        R = self.cfg.n_rot
+        xr, rest = x[..., :R], x[..., R:]
         if self.cfg.rope_pairs:
-            a, b = x[..., 0::2], x[..., 1::2]
-            out = np.empty_like(x)
+            a, b = xr[..., 0::2], xr[..., 1::2]
+            out = np.empty_like(xr)
             out[..., 0::2] = a * cos - b * sin
             out[..., 1::2] = a * sin + b * cos
-            return out
-        h = x.shape[-1] // 2
-        a, b = x[..., :h], x[..., h:]
-        return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+        else:
+            h = R // 2
+            a, b = xr[..., :h], xr[..., h:]
+            out = np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+        return np.concatenate([out, rest], axis=-1)
 
     def new_cache(self):
         return {"k": [None] * self.cfg.n_layer, "v": [None] * self.cfg.n_layer, "pos": 0}
@@ -225,10 +351,17 @@ class Model:
         c, w = self.cfg, self.w
         T = len(tokens)
         pos = np.arange(cache["pos"], cache["pos"] + T)
+        # transformers recomputes longrope's table from the sequence length of each call
+        freqs = _rope_freqs(c, seq_len=cache["pos"] + T)
+        freqs_local = _rope_freqs(c, theta=c.rope_theta_local, scaling=None) \
+            if c.rope_theta_local else freqs
         x = w["token_embd.weight"][np.asarray(tokens)]
+        if self.gemma:
+            x = x * math.sqrt(c.d_model)
         rep = c.n_head // c.n_kv_head
         for i in range(c.n_layer):
             p = f"blk.{i}."
+            sliding = c.window and (c.family == "phi3" or c.sliding[i])
             h = self._norm(x, w[p + "attn_norm.weight"])
             q = h @ w[p + "attn_q.weight"].T + w.get(p + "attn_q.bias", 0)
             k = h @ w[p + "attn_k.weight"].T + w.get(p + "attn_k.bias", 0)
@@ -239,7 +372,8 @@ class Model:
             if p + "attn_q_norm.weight" in w:
                 q = self._norm(q, w[p + "attn_q_norm.weight"])
                 k = self._norm(k, w[p + "attn_k_norm.weight"])
-            q, k = self._rope(q, pos), self._rope(k, pos)
+            f = freqs_local if sliding else freqs
+            q, k = self._rope(q, pos, f), self._rope(k, pos, f)
             if cache["k"][i] is not None:
                 k = np.concatenate([cache["k"][i], k])
                 v = np.concatenate([cache["v"][i], v])
@@ -247,20 +381,29 @@ class Model:
             S = k.shape[0]
             kk = np.repeat(k, rep, axis=1)  # [S, H, D]
             vv = np.repeat(v, rep, axis=1)
-            scores = np.einsum("thd,shd->hts", q, kk) / math.sqrt(c.d_head)
+            scores = _cap(np.einsum("thd,shd->hts", q, kk) * c.attn_scale, c.attn_softcap)
             mask = pos[:, None] < np.arange(S)[None, :]  # causal
+            if sliding:  # keys within the window: kv > q - window
+                mask |= np.arange(S)[None, :] <= pos[:, None] - c.window
             scores = np.where(mask[None], -np.inf, scores)
             scores -= scores.max(axis=-1, keepdims=True)
             prob = np.exp(scores)
             prob /= prob.sum(axis=-1, keepdims=True)
             att = np.einsum("hts,shd->thd", prob, vv).reshape(T, c.n_head * c.d_head)
-            x = x + att @ w[p + "attn_output.weight"].T
+            o = att @ w[p + "attn_output.weight"].T
+            if self.gemma:
+                o = self._norm(o, w[p + "post_attention_norm.weight"])
+            x = x + o
             h = self._norm(x, w[p + "ffn_norm.weight"])
             g = h @ w[p + "ffn_gate.weight"].T
             u = h @ w[p + "ffn_up.weight"].T
-            x = x + ((g / (1 + np.exp(-g))) * u) @ w[p + "ffn_down.weight"].T
+            act = _gelu_tanh(g) if self.gemma else g / (1 + np.exp(-g))
+            m = (act * u) @ w[p + "ffn_down.weight"].T
+            if self.gemma:
+                m = self._norm(m, w[p + "post_ffw_norm.weight"])
+            x = x + m
         cache["pos"] += T
-        return self._norm(x, w["output_norm.weight"]) @ self.out.T
+        return _cap(self._norm(x, w["output_norm.weight"]) @ self.out.T, c.final_softcap)
 
     def forward(self, tokens):
         return self.run(self.new_cache(), tokens)

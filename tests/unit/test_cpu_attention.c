@@ -8,6 +8,7 @@
  * FMA contraction and a polynomial exp within 2 ulp, which measures about 1e-6 here. */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/cpu/attn.h"
 #include "backend/cpu/cpu_backend.h"
@@ -81,8 +82,8 @@ static hx_attn_kv cache_view(const cache *c, int32_t kvh)
 }
 
 /* Two-pass softmax in double, one head: the mathematical definition. */
-static void naive_attention(const hx_attn_kv *kv, const float *q, int32_t d, float scale,
-                            int32_t first, int32_t last, double *out)
+static void naive_attention_capped(const hx_attn_kv *kv, const float *q, int32_t d, float scale,
+                                   double cap, int32_t first, int32_t last, double *out)
 {
     double mx = -INFINITY, sum = 0.0;
     double s[1100];
@@ -92,6 +93,7 @@ static void naive_attention(const hx_attn_kv *kv, const float *q, int32_t d, flo
         double dot = 0.0;
         for (int32_t i = 0; i < d; i++) dot += (double)q[i] * hx_f16_to_f32(kj[i]);
         s[j - first] = dot * scale;
+        if (cap > 0) s[j - first] = cap * tanh(s[j - first] / cap);
         if (s[j - first] > mx) mx = s[j - first];
     }
     for (int32_t i = 0; i < d; i++) out[i] = 0.0;
@@ -103,6 +105,12 @@ static void naive_attention(const hx_attn_kv *kv, const float *q, int32_t d, flo
         for (int32_t i = 0; i < d; i++) out[i] += w * hx_f16_to_f32(vj[i]);
     }
     for (int32_t i = 0; i < d; i++) out[i] /= sum;
+}
+
+static void naive_attention(const hx_attn_kv *kv, const float *q, int32_t d, float scale,
+                            int32_t first, int32_t last, double *out)
+{
+    naive_attention_capped(kv, q, d, scale, 0.0, first, last, out);
 }
 
 static const int32_t ctx_lens[] = { 1, 15, 16, 17, 100, 1000 };
@@ -195,6 +203,104 @@ static int test_reference_matches_double_softmax(void)
     return 0;
 }
 
+/* Soft-capped attention (Gemma 2): the capped reference equals the double two-pass softmax of
+ * cap * tanh(scaled score / cap), with caps that bite (scores spread over ~+-8 against caps of
+ * 2 and 5), with and without a window; cap 0 is the plain reference, bit for bit. */
+static int test_capped_reference_matches_double_softmax(void)
+{
+    uint32_t rng = 31;
+    double worst = 0.0;
+    for (size_t ci = 0; ci < HX_COUNTOF(ctx_lens); ci++) {
+        const int32_t d = 64, n_ctx = ctx_lens[ci], grp = 2;
+        cache c;
+        CHECK_EQ(cache_init(&c, n_ctx, 2, d, &rng), 0);
+        float q[2 * 64], out[2 * 64], plain[2 * 64];
+        double want[64];
+        for (int32_t i = 0; i < grp * d; i++) q[i] = 8.0f * rng_unit(&rng);
+        const hx_attn_kv view = cache_view(&c, 1);
+        const float scale = 1.0f / sqrtf((float)d), caps[] = {2.0f, 5.0f};
+        for (int win = 0; win < 2; win++)
+        for (size_t k = 0; k < HX_COUNTOF(caps); k++) {
+            const int32_t f = win && n_ctx > 20 ? n_ctx - 20 : 0;
+            hx_attn_capped_ref(&view, q, grp, d, scale, caps[k], f, n_ctx - 1, out);
+            for (int32_t g = 0; g < grp; g++) {
+                naive_attention_capped(&view, q + g * d, d, scale, caps[k], f, n_ctx - 1, want);
+                for (int32_t i = 0; i < d; i++) {
+                    const double e = fabs(out[g * d + i] - want[i]);
+                    if (e > worst) worst = e;
+                    CHECK_NEAR(out[g * d + i], want[i], ATTN_TOL);
+                }
+            }
+            hx_attn_capped_ref(&view, q, grp, d, scale, 0.0f, f, n_ctx - 1, out);
+            hx_attn_ref(&view, q, grp, d, scale, f, n_ctx - 1, plain);
+            CHECK(memcmp(out, plain, sizeof out) == 0);
+        }
+        cache_free(&c);
+    }
+    printf("max |capped ref - double softmax| = %.3g (tolerance %g)\n", worst, ATTN_TOL);
+    return 0;
+}
+
+/* Through the backend: a layer with softcap set gives, head by head, the capped reference over
+ * the same cache (prefill rows, GQA 2, a sliding window of 25), quantized caches included. */
+static int test_backend_attention_applies_softcap(void)
+{
+    const int32_t n_head = 4, n_kv = 2, d = 64, n_tok = 9;
+    uint32_t rng = 77;
+    hx_err err = {0};
+    hx_backend *be = NULL;
+    CHECK_EQ(hx_cpu_backend_create(2, 0, &be, &err), HX_OK);
+    const hx_kv_dtype dts[] = {HX_KV_F16, HX_KV_Q8};
+    for (size_t di = 0; di < HX_COUNTOF(dts); di++) {
+        hx_kv_store kv = {.n_blocks = 4, .block_tokens = 16, .n_layer = 1, .n_kv_head = n_kv,
+                          .d_head = d, .kv_dim = n_kv * d, .dtype = dts[di]};
+        CHECK_EQ(be->kv_alloc(be, &kv, &err), HX_OK);
+        int32_t blocks[4] = {2, 0, 3, 1}, pos[40];
+        float kx[40 * 128], vx[40 * 128], q[9 * 256], out[9 * 256], one[4 * 64];
+        for (int32_t i = 0; i < 40 * 128; i++) {
+            kx[i] = rng_unit(&rng);
+            vx[i] = rng_unit(&rng);
+        }
+        for (int32_t i = 0; i < 40; i++) pos[i] = i;
+        for (int32_t i = 0; i < n_tok * n_head * d; i++) q[i] = 8.0f * rng_unit(&rng);
+        const hx_kv_seq seq = {blocks, 40};
+        be->kv_write(be, &kv, 0, &seq, pos, kx, vx, 40);
+        const hx_attn_shape shape = {n_head, n_kv, d, 0.125f, 25, 3.0f};
+        be->attention(be, &kv, 0, &seq, q, pos + 31, n_tok, &shape, out);
+        double worst = 0.0;
+        for (int32_t t = 0; t < n_tok; t++) {
+            const int32_t last = 31 + t, first = last - 24;
+            for (int32_t kvh = 0; kvh < n_kv; kvh++) {
+                const float *qh = q + ((size_t)t * n_head + (size_t)kvh * 2) * d;
+                if (dts[di] == HX_KV_F16) {
+                    const size_t off = (size_t)kvh * 16 * d;
+                    const hx_attn_kv view = {(const uint16_t *)kv.k + off,
+                                             (const uint16_t *)kv.v + off, blocks,
+                                             (size_t)16 * n_kv * d, d, 16};
+                    hx_attn_capped_ref(&view, qh, 2, d, 0.125f, 3.0f, first, last, one);
+                } else {
+                    const size_t tb = hx_kv_tile_bytes(kv.dtype, 16, d);
+                    const hx_attn_qkv view = {(const uint8_t *)kv.k + (size_t)kvh * tb,
+                                              (const uint8_t *)kv.v + (size_t)kvh * tb, blocks,
+                                              (size_t)n_kv * tb, 16, kv.dtype};
+                    hx_attn_q_capped_ref(&view, qh, 2, d, 0.125f, 3.0f, first, last, one);
+                }
+                for (int32_t i = 0; i < 2 * d; i++) {
+                    const double e = fabs((double)out[((size_t)t * n_head + (size_t)kvh * 2) * d +
+                                                      (size_t)i] - one[i]);
+                    if (e > worst) worst = e;
+                    CHECK(e <= ATTN_TOL);
+                }
+            }
+        }
+        printf("kv %s: max |backend - capped ref| = %.3g\n", dts[di] == HX_KV_F16 ? "f16" : "q8",
+               worst);
+        be->kv_free(be, &kv);
+    }
+    be->destroy(be);
+    return 0;
+}
+
 /* The cache write gives hx_f32_to_f16's bits for every non-NaN float, ties, subnormals and the
  * overflow edge included; a NaN stays a NaN. */
 static int test_f16_store_matches_reference_bits(void)
@@ -269,7 +375,7 @@ static int test_backend_attention_matches_kernel_per_head(void)
     }
     for (int32_t t = 0; t < n_tok; t++) pos[t] = 20 + t; /* rows 20..59 of a 60-position cache */
     const hx_kv_seq seq = { blocks, 60 };
-    const hx_attn_shape shape = { n_head, n_kv, d, 0.125f, 25 };
+    const hx_attn_shape shape = { n_head, n_kv, d, 0.125f, 25, 0.0f };
     for (int run = 0; run < 2; run++) {
         hx_backend *be = NULL;
         hx_err err = {0};
@@ -519,7 +625,7 @@ static int test_backend_q8_q4_match_dequantized_and_f16(void)
     for (int32_t t = 0; t < n_tok; t++) pos[t] = 20 + t;
     for (int32_t t = 0; t < 20; t++) pre[t] = t;
     const hx_kv_seq seq = { blocks, 60 };
-    const hx_attn_shape shape = { n_head, n_kv, d, 0.125f, 25 };
+    const hx_attn_shape shape = { n_head, n_kv, d, 0.125f, 25, 0.0f };
     static const double vs_f16_tol[HX_KV_DTYPE_COUNT] = { 0.0, 0.01, 0.12 };
     for (hx_kv_dtype dt = HX_KV_F16; dt < HX_KV_DTYPE_COUNT; dt++)
     for (int run = 0; run < (dt == HX_KV_F16 ? 1 : 2); run++) {
@@ -620,6 +726,8 @@ static const check_case cases[] = {
     { "q_ref_is_double_softmax_over_dequantized", test_q_ref_is_double_softmax_over_dequantized },
     { "backend_q8_q4_match_dequantized_and_f16", test_backend_q8_q4_match_dequantized_and_f16 },
     { "q_cache_refuses_d_head_not_multiple_of_32", test_q_cache_refuses_d_head_not_multiple_of_32 },
+    { "capped_reference_matches_double_softmax", test_capped_reference_matches_double_softmax },
+    { "backend_attention_applies_softcap", test_backend_attention_applies_softcap },
 };
 
 CHECK_MAIN(cases)

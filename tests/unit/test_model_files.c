@@ -339,6 +339,111 @@ static int test_starter_model_description(void)
     return 0;
 }
 
+/* ---- Gemma 2/3 and Phi-3 hyper-parameters (issue 8) ---- */
+
+/* Opens the folder holding config.json `cfg` and one embedding [16, 32] named `emb`. */
+static int open_with(const char *cfg, const char *emb, hx_model_files **mf, hx_err *err)
+{
+    fresh_dir();
+    write_file("config.json", cfg, strlen(cfg));
+    const spec s[] = {{emb, "F16", 16, 32, 2}};
+    write_safetensors(s, 1, -1);
+    const hx_status st = hx_model_files_open(dir, mf, err);
+    remove_dir();
+    return st;
+}
+
+/* A multimodal Gemma 3 config names only what differs from Gemma3TextConfig (as the 4B model's
+ * does); the rest takes transformers' defaults, and the pattern makes every 6th layer global. */
+static int test_gemma3_text_config_takes_the_family_defaults(void)
+{
+    hx_model_files *mf = NULL;
+    hx_err err = {0};
+    CHECK_EQ(open_with("{\"model_type\": \"gemma3\", \"text_config\": {\"model_type\": "
+                       "\"gemma3_text\", \"hidden_size\": 32, \"intermediate_size\": 64, "
+                       "\"num_hidden_layers\": 12, \"vocab_size\": 16, \"sliding_window\": 8, "
+                       "\"rope_scaling\": {\"factor\": 8.0, \"rope_type\": \"linear\"}}}",
+                       "language_model.model.embed_tokens.weight", &mf, &err), HX_OK);
+    const hx_hparams *hp = &mf->hp;
+    CHECK_STR(hp->arch, "gemma3");
+    CHECK_EQ(hp->n_head, 8);
+    CHECK_EQ(hp->n_kv_head, 4);
+    CHECK_EQ(hp->d_head, 256);
+    CHECK_EQ(hp->n_ctx_train, 131072);
+    CHECK_NEAR(hp->attn_scale, 1.0 / 16.0, 1e-7);
+    CHECK_NEAR(hp->rope_theta, 1e6, 1e-3);
+    CHECK_NEAR(hp->rope_theta_swa, 1e4, 1e-3);
+    CHECK_EQ(hp->rope_scaling, HX_ROPE_SCALING_LINEAR);
+    CHECK_NEAR(hp->rope_factor, 8.0, 1e-6);
+    CHECK(hp->norm_plus_one);
+    CHECK_EQ(hp->attn_softcap, 0);
+    CHECK_EQ(hp->final_softcap, 0);
+    for (int i = 0; i < 12; i++) CHECK_EQ(hx_hparams_layer_window(hp, i), (i + 1) % 6 ? 8 : 0);
+    CHECK(hx_model_files_find(mf, "token_embd.weight") != NULL);
+    hx_model_files_close(mf);
+    return 0;
+}
+
+/* Gemma 2: layer_types wins over the alternation; the caps default to 50 and 30 when absent and
+ * a null turns one off; query_pre_attn_scalar sets the query scale. */
+static int test_gemma2_layer_types_and_caps(void)
+{
+    hx_model_files *mf = NULL;
+    hx_err err = {0};
+    CHECK_EQ(open_with("{\"model_type\": \"gemma2\", \"hidden_size\": 32, \"intermediate_size\": 64,"
+                       " \"num_hidden_layers\": 3, \"num_attention_heads\": 2, \"head_dim\": 16, "
+                       "\"vocab_size\": 16, \"sliding_window\": 5, \"query_pre_attn_scalar\": 64, "
+                       "\"final_logit_softcapping\": null, \"layer_types\": [\"full_attention\", "
+                       "\"sliding_attention\", \"sliding_attention\"]}",
+                       "model.embed_tokens.weight", &mf, &err), HX_OK);
+    const hx_hparams *hp = &mf->hp;
+    CHECK_EQ(hx_hparams_layer_window(hp, 0), 0);
+    CHECK_EQ(hx_hparams_layer_window(hp, 1), 5);
+    CHECK_EQ(hx_hparams_layer_window(hp, 2), 5);
+    CHECK_NEAR(hp->attn_scale, 0.125, 1e-7);
+    CHECK_NEAR(hp->attn_softcap, 50.0, 1e-6);
+    CHECK_EQ(hp->final_softcap, 0);
+    hx_model_files_close(mf);
+    return 0;
+}
+
+/* Phi-3 LongRoPE: partial rotary sets the rotated dims, the factor lists become the tensors a
+ * GGUF has (rope_factors_long/short.weight), the original context comes from the top level and
+ * the factor from max_position_embeddings / original. A list of the wrong length is refused. */
+static int test_phi3_longrope_factors_become_tensors(void)
+{
+    hx_model_files *mf = NULL;
+    hx_err err = {0};
+    const char *fmt = "{\"model_type\": \"phi3\", \"hidden_size\": 32, \"intermediate_size\": 64, "
+                      "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"vocab_size\": 16, "
+                      "\"max_position_embeddings\": 128, \"original_max_position_embeddings\": 32,"
+                      " \"partial_rotary_factor\": 0.5, \"rope_scaling\": {\"type\": \"longrope\", "
+                      "\"long_factor\": [2.0, 3.0, 5.0, 7.0%s], \"short_factor\": [1.0, 1.5, 1.25, 1.0]}}";
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, fmt, "");
+    CHECK_EQ(open_with(cfg, "model.embed_tokens.weight", &mf, &err), HX_OK);
+    const hx_hparams *hp = &mf->hp;
+    CHECK_EQ(hp->d_head, 16);
+    CHECK_EQ(hp->n_rot, 8);
+    CHECK_EQ(hp->rope_scaling, HX_ROPE_SCALING_LONGROPE);
+    CHECK_EQ(hp->rope_orig_ctx, 32);
+    CHECK_NEAR(hp->rope_factor, 4.0, 1e-6);
+    const hx_tensor_info *lf = hx_model_files_find(mf, "rope_factors_long.weight");
+    const hx_tensor_info *sf = hx_model_files_find(mf, "rope_factors_short.weight");
+    CHECK(lf && sf);
+    CHECK_EQ(lf->t.shape[0], 4);
+    float v[4];
+    hx_tensor_dequant_row(&lf->t, 0, v);
+    CHECK_NEAR(v[2], 5.0, 0);
+    hx_tensor_dequant_row(&sf->t, 0, v);
+    CHECK_NEAR(v[1], 1.5, 0);
+    hx_model_files_close(mf);
+    snprintf(cfg, sizeof cfg, fmt, ", 9.0");
+    CHECK_EQ(open_with(cfg, "model.embed_tokens.weight", &mf, &err), HX_E_FORMAT);
+    CHECK_CONTAINS(err.msg, "rope_scaling.long_factor must be a list of 4 numbers");
+    return 0;
+}
+
 static const check_case cases[] = {
     { "hf_folder_opens_with_normalised_names", test_hf_folder_opens_with_normalised_names },
     { "mlx_weights_join_their_scales_and_biases", test_mlx_weights_join_their_scales_and_biases },
@@ -351,5 +456,8 @@ static const check_case cases[] = {
     { "folder_without_config_is_not_a_model", test_folder_without_config_is_not_a_model },
     { "allocation_failures_are_clean", test_allocation_failures_are_clean },
     { "starter_model_description", test_starter_model_description },
+    { "gemma3_text_config_takes_the_family_defaults", test_gemma3_text_config_takes_the_family_defaults },
+    { "gemma2_layer_types_and_caps", test_gemma2_layer_types_and_caps },
+    { "phi3_longrope_factors_become_tensors", test_phi3_longrope_factors_become_tensors },
 };
 CHECK_MAIN(cases)

@@ -42,6 +42,24 @@ static int test_gemma_post_attention_norm_is_not_the_ffn_norm(void)
     return 0;
 }
 
+/* Gemma 3 multimodal checkpoints: transformers >= 4.52 saves the language model under
+ * model.language_model, older ones under language_model.model; both map to the one scheme. */
+static int test_gemma3_multimodal_prefixes_map(void)
+{
+    char out[128];
+    CHECK_EQ(map("gemma3", "model.language_model.layers.4.self_attn.q_norm.weight", out), 0);
+    CHECK_STR(out, "blk.4.attn_q_norm.weight");
+    CHECK_EQ(map("gemma3", "model.language_model.embed_tokens.weight", out), 0);
+    CHECK_STR(out, "token_embd.weight");
+    CHECK_EQ(map("gemma3", "language_model.model.layers.0.post_attention_layernorm.weight", out), 0);
+    CHECK_STR(out, "blk.0.post_attention_norm.weight");
+    CHECK_EQ(map("phi3", "model.layers.1.post_attention_layernorm.weight", out), 0);
+    CHECK_STR(out, "blk.1.ffn_norm.weight");
+    CHECK_EQ(map("phi3", "model.layers.1.self_attn.qkv_proj.weight", out), 0);
+    CHECK_STR(out, "blk.1.attn_qkv.weight");
+    return 0;
+}
+
 static int test_expert_tensors_keep_their_index(void)
 {
     char out[128];
@@ -83,6 +101,7 @@ static int test_architectures_normalise(void)
 static const check_case cases[] = {
     { "llama_names_follow_the_gguf_scheme", test_llama_names_follow_the_gguf_scheme },
     { "gemma_post_attention_norm_is_not_the_ffn_norm", test_gemma_post_attention_norm_is_not_the_ffn_norm },
+    { "gemma3_multimodal_prefixes_map", test_gemma3_multimodal_prefixes_map },
     { "expert_tensors_keep_their_index", test_expert_tensors_keep_their_index },
     { "unknown_names_are_kept", test_unknown_names_are_kept },
     { "architectures_normalise", test_architectures_normalise },

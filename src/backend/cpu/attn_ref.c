@@ -20,8 +20,8 @@ enum { MAX_D = 256 }; /* the largest d_head the references take */
 /* The online-softmax step for one chunk of n keys, given as f32 rows kf and vf (only read),
  * for each of the n_q query heads: m and l are each head's running max and sum, out its running
  * weighted sum of V. Both references feed it (the caches differ only in how rows are read). */
-static void chunk_update(const float *q, int32_t n_q, int32_t d, float scale, int32_t n,
-                         float kf[][MAX_D], float vf[][MAX_D], float *m, float *l,
+static void chunk_update(const float *q, int32_t n_q, int32_t d, float scale, float softcap,
+                         int32_t n, float kf[][MAX_D], float vf[][MAX_D], float *m, float *l,
                          float *out)
 {
     for (int32_t g = 0; g < n_q; g++) {
@@ -33,6 +33,7 @@ static void chunk_update(const float *q, int32_t n_q, int32_t d, float scale, in
             float dot = 0.0f;
             for (int32_t i = 0; i < d; i++) dot += qg[i] * kf[j][i];
             s[j] = dot * scale;
+            if (softcap > 0.0f) s[j] = softcap * tanhf(s[j] / softcap);
             mc = s[j] > mc ? s[j] : mc;
         }
         const float corr = expf(m[g] - mc);
@@ -71,6 +72,12 @@ static void state_finish(int32_t n_q, int32_t d, const float *l, float *out)
 void hx_attn_ref(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
                  int32_t first, int32_t last, float *out)
 {
+    hx_attn_capped_ref(kv, q, n_q, d_head, scale, 0.0f, first, last, out);
+}
+
+void hx_attn_capped_ref(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head,
+                        float scale, float softcap, int32_t first, int32_t last, float *out)
+{
     const int32_t d = d_head, rs = kv->row_stride;
     float m[HX_ATTN_MAX_Q], l[HX_ATTN_MAX_Q];
     float kf[HX_ATTN_CHUNK][MAX_D], vf[HX_ATTN_CHUNK][MAX_D];
@@ -85,7 +92,7 @@ void hx_attn_ref(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_he
                 kf[j][i] = hx_f16_to_f32(kv->k[base + (size_t)j * rs + i]);
                 vf[j][i] = hx_f16_to_f32(kv->v[base + (size_t)j * rs + i]);
             }
-        chunk_update(q, n_q, d, scale, n, kf, vf, m, l, out);
+        chunk_update(q, n_q, d, scale, softcap, n, kf, vf, m, l, out);
     }
     state_finish(n_q, d, l, out);
 }
@@ -94,6 +101,12 @@ void hx_attn_ref(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_he
  * stack buffer (16 rows, never the whole cache) and updated as in hx_attn_ref. */
 void hx_attn_q_ref(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d_head,
                    float scale, int32_t first, int32_t last, float *out)
+{
+    hx_attn_q_capped_ref(kv, q, n_q, d_head, scale, 0.0f, first, last, out);
+}
+
+void hx_attn_q_capped_ref(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d_head,
+                          float scale, float softcap, int32_t first, int32_t last, float *out)
 {
     const int32_t d = d_head, bt = kv->block_tokens;
     const hx_kv_dtype dt = (hx_kv_dtype)kv->dtype;
@@ -111,7 +124,7 @@ void hx_attn_q_ref(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d
             hx_kvq_dequantize_row(dt, kv->k + tile, bt, off + j, d, kf[j]);
             hx_kvq_dequantize_row(dt, kv->v + tile, bt, off + j, d, vf[j]);
         }
-        chunk_update(q, n_q, d, scale, n, kf, vf, m, l, out);
+        chunk_update(q, n_q, d, scale, softcap, n, kf, vf, m, l, out);
     }
     state_finish(n_q, d, l, out);
 }

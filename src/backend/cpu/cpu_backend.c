@@ -42,7 +42,8 @@ typedef struct {
     void      *act_buf;              /* act_mem rounded up to 64 bytes: the first term */
     void      *act2_buf;             /* the second (residual) term, act_bytes further */
     size_t     act_bytes;            /* of one term */
-    hx_swiglu_fn swiglu;             /* the gated activation variant for this CPU */
+    hx_swiglu_fn swiglu;             /* the gated activation variants for this CPU */
+    hx_swiglu_fn geglu;
     hx_pmatmul_fn pmatmul;           /* the packed-weight matmul, NULL where packing does not pay */
     float     *sums;                 /* [max_tok, max_row / 32] activation block sums (packed.h) */
     size_t     sums_floats;
@@ -662,8 +663,12 @@ static void attention_task(void *p, int ith, int nth)
                 .block_tokens = kv->block_tokens,
                 .dtype = kv->dtype,
             };
-            a->attend_q(&qview, a->q + r * d, (int32_t)(r_end - r), d, s->scale, first, last,
-                        a->out + r * d);
+            if (s->softcap > 0.0f)
+                hx_attn_q_capped_ref(&qview, a->q + r * d, (int32_t)(r_end - r), d, s->scale,
+                                     s->softcap, first, last, a->out + r * d);
+            else
+                a->attend_q(&qview, a->q + r * d, (int32_t)(r_end - r), d, s->scale, first, last,
+                            a->out + r * d);
             r = r_end;
             continue;
         }
@@ -676,8 +681,12 @@ static void attention_task(void *p, int ith, int nth)
             .row_stride = d,
             .block_tokens = kv->block_tokens,
         };
-        a->attend(&view, a->q + r * d, (int32_t)(r_end - r), d, s->scale, first, last,
-                  a->out + r * d);
+        if (s->softcap > 0.0f) /* the SIMD variants have no tanh (attn.h) */
+            hx_attn_capped_ref(&view, a->q + r * d, (int32_t)(r_end - r), d, s->scale, s->softcap,
+                               first, last, a->out + r * d);
+        else
+            a->attend(&view, a->q + r * d, (int32_t)(r_end - r), d, s->scale, first, last,
+                      a->out + r * d);
         r = r_end;
     }
 }
@@ -726,6 +735,26 @@ static void cpu_swiglu(hx_backend *be, const float *gate, const float *up, int64
 {
     swiglu_args a = {impl_of(be)->swiglu, gate, up, n, out};
     run_op(impl_of(be), swiglu_task, &a, n);
+}
+
+/* The same split as swiglu, with the GeGLU variant. */
+static void cpu_geglu(hx_backend *be, const float *gate, const float *up, int64_t n, float *out)
+{
+    swiglu_args a = {impl_of(be)->geglu, gate, up, n, out};
+    run_op(impl_of(be), swiglu_task, &a, n);
+}
+
+static void cpu_scale(hx_backend *be, float *x, float s, int64_t n)
+{
+    (void)be;
+    for (int64_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* Runs on the caller: only the logits rows of a step (n_logits x n_vocab) are capped. */
+static void cpu_softcap(hx_backend *be, float *x, float cap, int64_t n)
+{
+    (void)be;
+    hx_softcap_ref(x, cap, n);
 }
 
 static void cpu_gather_rows(hx_backend *be, const float *src, const int32_t *rows, int64_t n,
@@ -778,6 +807,7 @@ hx_status hx_cpu_backend_create(int n_threads, unsigned flags, hx_backend **out,
     c->int8_act = (flags & HX_CPU_INT8_ACT) != 0;
     c->pmatmul = hx_pmatmul_select(hx_cpu_isa());
     c->swiglu = hx_swiglu_select(hx_cpu_isa());
+    c->geglu = hx_geglu_select(hx_cpu_isa());
     hx_status st = hx_pool_init(n_threads, &c->pool, err);
     if (st != HX_OK) {
         cpu_destroy(be);
@@ -800,7 +830,10 @@ hx_status hx_cpu_backend_create(int n_threads, unsigned flags, hx_backend **out,
     be->attention = cpu_attention;
     be->gather_rows = cpu_gather_rows;
     be->swiglu = cpu_swiglu;
+    be->geglu = cpu_geglu;
     be->add = cpu_add;
+    be->scale = cpu_scale;
+    be->softcap = cpu_softcap;
     be->destroy = cpu_destroy;
     *out = be;
     return HX_OK;
