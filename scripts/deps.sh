@@ -3,7 +3,7 @@
 # Idempotent: with everything present it only checks. Not root: prints the command instead.
 set -eu
 
-PKGS="build-essential cmake pkg-config libjansson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev clang libclang-rt-dev python3 python3-venv python3-pip"
+PKGS="build-essential cmake pkg-config libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev libpcre2-dev libutf8proc-dev clang libclang-rt-dev python3 python3-venv python3-pip"
 
 missing=""
 for p in $PKGS; do

@@ -8,6 +8,8 @@ int hx_cmd_inspect(int argc, char **argv);
 int hx_cmd_run(int argc, char **argv);        /* cmd_run.c */
 int hx_cmd_chat(int argc, char **argv);       /* cmd_run.c */
 int hx_cmd_ls(int argc, char **argv);
+int hx_cmd_get(int argc, char **argv);        /* cmd_get.c */
+int hx_cmd_rm(int argc, char **argv);         /* cmd_rm.c */
 int hx_cmd_tokenize(int argc, char **argv);   /* cmd_tokenize.c */
 int hx_cmd_detokenize(int argc, char **argv); /* cmd_tokenize.c */
 int hx_cmd_template(int argc, char **argv);   /* cmd_template.c */

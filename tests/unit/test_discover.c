@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/path.h"
 #include "check.h"
 #include "format/discover.h"
 
@@ -125,9 +126,63 @@ static int test_missing_places_are_empty_not_errors(void)
     return resolve("anything", "", HX_E_NOTFOUND, "/nonexistent/hearth/models");
 }
 
+/* GGUF repos of the HF cache: split files are one model, quants in folders are found, and a
+ * model of a repo is named by repo id (when it is the only one) or by ORG/NAME:QUANT. */
+static int test_gguf_repos_resolve_by_repo_and_quant(void)
+{
+    snprintf(root, sizeof root, "/tmp/hx_test_disc_XXXXXX");
+    if (!mkdtemp(root)) abort();
+    touch("hf/models--O--Quants/snapshots/s1/m-Q4_K_M.gguf");
+    touch("hf/models--O--Quants/snapshots/s1/m-Q8_0.gguf");
+    touch("hf/models--O--Quants/snapshots/s1/F16/m-F16-00001-of-00002.gguf");
+    touch("hf/models--O--Quants/snapshots/s1/F16/m-F16-00002-of-00002.gguf");
+    touch("hf/models--O--Solo-GGUF/snapshots/s2/solo-Q4_0.gguf");
+    touch("hf/models--O--Solo/snapshots/s3/config.json");
+    touch("home/models/loose-Q8_0.gguf");
+    char p[600];
+    snprintf(p, sizeof p, "%s/home", root);
+    setenv("HEARTH_HOME", p, 1);
+    snprintf(p, sizeof p, "%s/hf", root);
+    setenv("HF_HUB_CACHE", p, 1);
+
+    hx_local_models l;
+    hx_err err = {0};
+    CHECK_EQ(hx_discover_list(&l, &err), HX_OK);
+    const char *want[] = {"loose-Q8_0", "O/Quants:F16/m-F16-00001-of-00002.gguf",
+                          "O/Quants:m-Q4_K_M.gguf", "O/Quants:m-Q8_0.gguf", "O/Solo",
+                          "O/Solo-GGUF:solo-Q4_0.gguf"};
+    CHECK_EQ(l.n, 6);
+    for (int i = 0; i < l.n; i++) {
+        CHECK_STR(l.items[i].name, want[i]);
+        char id[128];
+        if (i == 0) {
+            CHECK(!hx_discover_repo_id(&l.items[i], id, sizeof id));
+            CHECK(hx_str_ends_with(l.items[i].root, "/home/models/loose-Q8_0.gguf"));
+        } else {
+            CHECK(hx_discover_repo_id(&l.items[i], id, sizeof id));
+            CHECK(strstr(l.items[i].root, "/hf/models--O--") != NULL);
+            CHECK(!strstr(l.items[i].root, "/snapshots"));
+        }
+    }
+    hx_discover_free(&l);
+    int rc = resolve("O/Solo", "/snapshots/s3", HX_OK, "") ||
+             resolve("o/solo-gguf", "/solo-Q4_0.gguf", HX_OK, "") ||
+             resolve("O/Quants", "", HX_E_AMBIGUOUS, "holds 3 models") ||
+             resolve("O/Quants:q8_0", "/s1/m-Q8_0.gguf", HX_OK, "") ||
+             resolve("O/Quants:Q4_K_M", "/s1/m-Q4_K_M.gguf", HX_OK, "") ||
+             resolve("O/Quants:Q4_K", "/s1/m-Q4_K_M.gguf", HX_OK, "") ||
+             resolve("O/Quants:F16", "/F16/m-F16-00001-of-00002.gguf", HX_OK, "") ||
+             resolve("O/Quants:m-Q8_0.gguf", "/s1/m-Q8_0.gguf", HX_OK, "") ||
+             resolve("O/Quants:Q5_K", "", HX_E_NOTFOUND, "hearth get") ||
+             resolve("q8_0", "", HX_E_AMBIGUOUS, "loose-Q8_0");
+    teardown();
+    return rc;
+}
+
 static const check_case cases[] = {
     { "list_finds_every_kind_of_local_model", test_list_finds_every_kind_of_local_model },
     { "resolution_rules", test_resolution_rules },
     { "missing_places_are_empty_not_errors", test_missing_places_are_empty_not_errors },
+    { "gguf_repos_resolve_by_repo_and_quant", test_gguf_repos_resolve_by_repo_and_quant },
 };
 CHECK_MAIN(cases)
