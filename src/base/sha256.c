@@ -18,7 +18,10 @@ static const uint32_t K[64] = {
     0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
 };
 
-static inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+static inline uint32_t rotr(uint32_t x, int n)
+{
+    return (x >> n) | (x << (32 - n));
+}
 
 static void compress(uint32_t h[8], const uint8_t *p)
 {
@@ -33,9 +36,10 @@ static void compress(uint32_t h[8], const uint8_t *p)
     }
     uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
     for (int i = 0; i < 64; i++) {
-        const uint32_t t1 = hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) +
-                            K[i] + w[i];
-        const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+        const uint32_t t1 =
+            hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + K[i] + w[i];
+        const uint32_t t2 =
+            (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
         hh = g;
         g = f;
         f = e;
@@ -45,14 +49,20 @@ static void compress(uint32_t h[8], const uint8_t *p)
         b = a;
         a = t1 + t2;
     }
-    h[0] += a; h[1] += b; h[2] += c; h[3] += d;
-    h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+    h[0] += a;
+    h[1] += b;
+    h[2] += c;
+    h[3] += d;
+    h[4] += e;
+    h[5] += f;
+    h[6] += g;
+    h[7] += hh;
 }
 
 void hx_sha256_init(hx_sha256 *s)
 {
-    static const uint32_t h0[8] = { 0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19 };
+    static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
     memcpy(s->h, h0, sizeof h0);
     s->n_bytes = 0;
     s->n_buf = 0;
@@ -62,7 +72,7 @@ void hx_sha256_update(hx_sha256 *s, const void *data, size_t n)
 {
     const uint8_t *p = data;
     s->n_bytes += n;
-    if (s->n_buf) {                        /* top up the partial block first */
+    if (s->n_buf) { /* top up the partial block first */
         size_t take = 64 - s->n_buf < n ? 64 - s->n_buf : n;
         memcpy(s->buf + s->n_buf, p, take);
         s->n_buf += (uint32_t)take;
@@ -72,7 +82,8 @@ void hx_sha256_update(hx_sha256 *s, const void *data, size_t n)
         compress(s->h, s->buf);
         s->n_buf = 0;
     }
-    for (; n >= 64; p += 64, n -= 64) compress(s->h, p);
+    for (; n >= 64; p += 64, n -= 64)
+        compress(s->h, p);
     if (n) memcpy(s->buf, p, n);
     s->n_buf = (uint32_t)n;
 }
@@ -80,10 +91,11 @@ void hx_sha256_update(hx_sha256 *s, const void *data, size_t n)
 void hx_sha256_final(hx_sha256 *s, uint8_t out[HX_SHA256_BYTES])
 {
     const uint64_t bits = s->n_bytes * 8;
-    uint8_t pad[72] = { 0x80 };
+    uint8_t        pad[72] = {0x80};
     /* 0x80, then zeros up to 56 mod 64, then the 8-byte length: 9..72 bytes in all. */
     const size_t n_pad = (s->n_buf < 56 ? 56 : 120) - s->n_buf;
-    for (int i = 0; i < 8; i++) pad[n_pad + (size_t)i] = (uint8_t)(bits >> (56 - 8 * i));
+    for (int i = 0; i < 8; i++)
+        pad[n_pad + (size_t)i] = (uint8_t)(bits >> (56 - 8 * i));
     const uint64_t n_bytes = s->n_bytes;
     hx_sha256_update(s, pad, n_pad + 8);
     s->n_bytes = n_bytes;
@@ -98,7 +110,7 @@ void hx_sha256_final(hx_sha256 *s, uint8_t out[HX_SHA256_BYTES])
 void hx_sha256_final_hex(hx_sha256 *s, char out[HX_SHA256_HEX])
 {
     static const char hex[] = "0123456789abcdef";
-    uint8_t d[HX_SHA256_BYTES];
+    uint8_t           d[HX_SHA256_BYTES];
     hx_sha256_final(s, d);
     for (int i = 0; i < HX_SHA256_BYTES; i++) {
         out[2 * i] = hex[d[i] >> 4];

@@ -9,10 +9,10 @@
 #include <stdint.h>
 
 typedef struct {
-    uint32_t h[8];       /* chaining state */
-    uint64_t n_bytes;    /* message bytes fed so far */
-    uint8_t  buf[64];    /* a partial block */
-    uint32_t n_buf;      /* bytes held in buf, < 64 */
+    uint32_t h[8];    /* chaining state */
+    uint64_t n_bytes; /* message bytes fed so far */
+    uint8_t  buf[64]; /* a partial block */
+    uint32_t n_buf;   /* bytes held in buf, < 64 */
 } hx_sha256;
 
 #define HX_SHA256_BYTES 32

@@ -30,15 +30,15 @@
 #define LISTING_MAX ((size_t)64 << 20) /* the largest file listing or index read into memory */
 
 typedef struct {
-    hx_hub_http    *http;
-    const char *endpoint;
-    const char *repo;               /* "ORG/REPO" */
-    char        rev[80];            /* the commit files are resolved at */
-    char        repo_dir[4096];     /* CACHE/models--ORG--REPO */
-    char        lock_dir[4096];     /* CACHE/.locks/models--ORG--REPO */
-    bool        tty;                /* stderr is a terminal: progress bars */
-    bool        have_token;
-    int64_t     n_downloaded;       /* bytes fetched this run */
+    hx_hub_http *http;
+    const char  *endpoint;
+    const char  *repo;           /* "ORG/REPO" */
+    char         rev[80];        /* the commit files are resolved at */
+    char         repo_dir[4096]; /* CACHE/models--ORG--REPO */
+    char         lock_dir[4096]; /* CACHE/.locks/models--ORG--REPO */
+    bool         tty;            /* stderr is a terminal: progress bars */
+    bool         have_token;
+    int64_t      n_downloaded; /* bytes fetched this run */
 } get_ctx;
 
 /* ---- small helpers ---- */
@@ -54,7 +54,8 @@ static double now_s(void)
 static hx_status mkdirs(const char *path, hx_err *err)
 {
     char p[4096];
-    if (!hx_fmt(p, sizeof p, "%s", path)) return hx_err_set(err, HX_E_IO, "%s: path too long", path);
+    if (!hx_fmt(p, sizeof p, "%s", path))
+        return hx_err_set(err, HX_E_IO, "%s: path too long", path);
     for (char *s = p + 1;; s++) {
         if (*s != '/' && *s != '\0') continue;
         const char c = *s;
@@ -77,11 +78,15 @@ static void read_token(char *buf, size_t len)
         hx_fmt(buf, len, "%s", t);
         return;
     }
-    char path[4096];
+    char        path[4096];
     const char *tp = getenv("HF_TOKEN_PATH"), *home = getenv("HF_HOME");
-    if (tp && *tp) hx_fmt(path, sizeof path, "%s", tp);
-    else if (home && *home) hx_fmt(path, sizeof path, "%s/token", home);
-    else hx_fmt(path, sizeof path, "%s/.cache/huggingface/token", getenv("HOME") ? getenv("HOME") : "/root");
+    if (tp && *tp)
+        hx_fmt(path, sizeof path, "%s", tp);
+    else if (home && *home)
+        hx_fmt(path, sizeof path, "%s/token", home);
+    else
+        hx_fmt(path, sizeof path, "%s/.cache/huggingface/token",
+               getenv("HOME") ? getenv("HOME") : "/root");
     FILE *f = fopen(path, "r");
     if (!f) return;
     if (!fgets(buf, (int)len, f)) buf[0] = '\0';
@@ -95,14 +100,20 @@ static hx_status hub_refusal(const get_ctx *g, const char *what, const hx_hub_re
     const char *why = r->error[0] ? r->error : "no detail";
     if (r->status == 401 || r->status == 404) {
         if (g->have_token && r->status == 401)
-            return hx_err_set(err, HX_E_NOTFOUND, "%s: the hub refused the token in HF_TOKEN "
-                              "(HTTP 401: %s)", what, why);
-        return hx_err_set(err, HX_E_NOTFOUND, "%s: not found on %s (HTTP %ld: %s); check the name; "
-                          "a private or gated repo needs HF_TOKEN", what, g->endpoint, r->status, why);
+            return hx_err_set(err, HX_E_NOTFOUND,
+                              "%s: the hub refused the token in HF_TOKEN "
+                              "(HTTP 401: %s)",
+                              what, why);
+        return hx_err_set(err, HX_E_NOTFOUND,
+                          "%s: not found on %s (HTTP %ld: %s); check the name; "
+                          "a private or gated repo needs HF_TOKEN",
+                          what, g->endpoint, r->status, why);
     }
     if (r->status == 403)
-        return hx_err_set(err, HX_E_NOTFOUND, "%s: access denied (HTTP 403: %s); a gated repo needs "
-                          "its terms accepted on the hub and HF_TOKEN set", what, why);
+        return hx_err_set(err, HX_E_NOTFOUND,
+                          "%s: access denied (HTTP 403: %s); a gated repo needs "
+                          "its terms accepted on the hub and HF_TOKEN set",
+                          what, why);
     return hx_err_set(err, HX_E_IO, "%s: the hub answered HTTP %ld (%s)", what, r->status, why);
 }
 
@@ -110,9 +121,9 @@ static hx_status hub_refusal(const get_ctx *g, const char *what, const hx_hub_re
 
 typedef struct {
     const char *name;
-    int64_t     total;    /* -1 unknown */
-    int64_t     done;     /* bytes in the file so far, resumed ones included */
-    int64_t     resumed;  /* bytes there before this transfer */
+    int64_t     total;   /* -1 unknown */
+    int64_t     done;    /* bytes in the file so far, resumed ones included */
+    int64_t     resumed; /* bytes there before this transfer */
     double      t0, last;
     bool        tty;
 } progress;
@@ -124,8 +135,10 @@ static void fmt_clock(double s, char *buf, size_t len)
         return;
     }
     const long t = (long)(s + 0.5);
-    if (t >= 3600) snprintf(buf, len, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-    else snprintf(buf, len, "%ld:%02ld", t / 60, t % 60);
+    if (t >= 3600)
+        snprintf(buf, len, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, len, "%ld:%02ld", t / 60, t % 60);
 }
 
 static void progress_show(progress *p, bool final)
@@ -134,7 +147,7 @@ static void progress_show(progress *p, bool final)
     if (!final && t - p->last < (p->tty ? 0.1 : 5.0)) return;
     p->last = t;
     const double rate = dt > 0 ? (double)(p->done - p->resumed) / dt : 0;
-    char done[32], total[32], rs[32], eta[32];
+    char         done[32], total[32], rs[32], eta[32];
     hx_cli_fmt_bytes((double)p->done, done, sizeof done);
     hx_cli_fmt_bytes((double)(p->total >= 0 ? p->total : 0), total, sizeof total);
     hx_cli_fmt_bytes(rate, rs, sizeof rs);
@@ -149,21 +162,25 @@ static void progress_show(progress *p, bool final)
         if (name_w < 12) name_w = 12;
         if (name_w > 40) name_w = 40;
         const int n = (int)strlen(p->name);
-        char shown[64], bar[21];
-        if (n > name_w) snprintf(shown, sizeof shown, "...%s", p->name + n - (name_w - 3));
-        else snprintf(shown, sizeof shown, "%s", p->name);
+        char      shown[64], bar[21];
+        if (n > name_w)
+            snprintf(shown, sizeof shown, "...%s", p->name + n - (name_w - 3));
+        else
+            snprintf(shown, sizeof shown, "%s", p->name);
         const int fill = p->total > 0 ? (int)(20.0 * (double)p->done / (double)p->total) : 0;
-        for (int i = 0; i < 20; i++) bar[i] = i < fill ? '#' : '.';
+        for (int i = 0; i < 20; i++)
+            bar[i] = i < fill ? '#' : '.';
         bar[20] = '\0';
-        fprintf(stderr, "\r\033[K  %-*s %3d%% [%s] %10s / %-10s %10s/s  ETA %s", name_w, shown,
-                pct, bar, done, total, rs, final ? "0:00" : eta);
+        fprintf(stderr, "\r\033[K  %-*s %3d%% [%s] %10s / %-10s %10s/s  ETA %s", name_w, shown, pct,
+                bar, done, total, rs, final ? "0:00" : eta);
         if (final) fputc('\n', stderr);
     } else if (final) {
         char el[32];
         fmt_clock(dt, el, sizeof el);
         fprintf(stderr, "  %s: %s in %s (%s/s)\n", p->name, done, el, rs);
     } else {
-        fprintf(stderr, "  %s: %s of %s (%d%%), %s/s, ETA %s\n", p->name, done, total, pct, rs, eta);
+        fprintf(stderr, "  %s: %s of %s (%d%%), %s/s, ETA %s\n", p->name, done, total, pct, rs,
+                eta);
     }
     fflush(stderr);
 }
@@ -173,8 +190,8 @@ static void progress_show(progress *p, bool final)
 /* The sink of one download: appends to the .incomplete file, hashing as it goes. */
 typedef struct {
     int         fd;
-    const char *tmp;       /* the .incomplete path, for messages */
-    int64_t     from;      /* where this transfer was asked to start */
+    const char *tmp;  /* the .incomplete path, for messages */
+    int64_t     from; /* where this transfer was asked to start */
     bool        started;
     hx_sha256   sha;
     progress    prog;
@@ -204,8 +221,9 @@ static bool on_data(const void *data, size_t n, const hx_hub_resp *r, void *user
         s->prog.t0 = now_s(); /* rates count from the first byte, not from the request */
         if (!s->tty_progress) s->prog.last = s->prog.t0;
         if (s->from > 0 && r->status == 206 && r->range_start != s->from) {
-            hx_err_set(s->err, HX_E_IO, "%s: asked to resume at byte %lld, the server sent from %lld",
-                       s->tmp, (long long)s->from, (long long)r->range_start);
+            hx_err_set(s->err, HX_E_IO,
+                       "%s: asked to resume at byte %lld, the server sent from %lld", s->tmp,
+                       (long long)s->from, (long long)r->range_start);
             return false;
         }
         if (s->from > 0 && r->status != 206) { /* the server sent the whole file: start over */
@@ -235,7 +253,9 @@ static hx_status hash_prefix(int fd, int64_t n, hx_sha256 *sha, const char *path
     for (int64_t off = 0; off < n;) {
         const size_t want = (size_t)(n - off < (int64_t)sizeof buf ? n - off : (int64_t)sizeof buf);
         const ssize_t r = pread(fd, buf, want, off);
-        if (r <= 0) return hx_err_set(err, HX_E_IO, "cannot read %s: %s", path, r < 0 ? strerror(errno) : "short file");
+        if (r <= 0)
+            return hx_err_set(err, HX_E_IO, "cannot read %s: %s", path,
+                              r < 0 ? strerror(errno) : "short file");
         hx_sha256_update(sha, buf, (size_t)r);
         off += r;
     }
@@ -248,14 +268,17 @@ static hx_status download_blob(get_ctx *g, const char *url, const char *file, co
                                int64_t size, const char *sha256, hx_err *err)
 {
     char tmp[4200];
-    if (!hx_fmt(tmp, sizeof tmp, "%s.incomplete", blob)) return hx_err_set(err, HX_E_IO, "%s: path too long", blob);
+    if (!hx_fmt(tmp, sizeof tmp, "%s.incomplete", blob))
+        return hx_err_set(err, HX_E_IO, "%s: path too long", blob);
     hx_err te = {0}; /* the transfer's own failure, wrapped below */
-    sink s = { .fd = open(tmp, O_RDWR | O_CREAT | O_CLOEXEC, 0644), .tmp = tmp, .err = &te,
-               .n_downloaded = &g->n_downloaded };
+    sink   s = {.fd = open(tmp, O_RDWR | O_CREAT | O_CLOEXEC, 0644),
+                .tmp = tmp,
+                .err = &te,
+                .n_downloaded = &g->n_downloaded};
     if (s.fd < 0) return hx_err_set(err, HX_E_IO, "cannot open %s: %s", tmp, strerror(errno));
-    hx_status st = HX_OK;
+    hx_status   st = HX_OK;
     struct stat sb;
-    int64_t have = fstat(s.fd, &sb) == 0 ? (int64_t)sb.st_size : 0;
+    int64_t     have = fstat(s.fd, &sb) == 0 ? (int64_t)sb.st_size : 0;
     if (size >= 0 && have > size) { /* longer than the file can be: not ours to resume */
         if (ftruncate(s.fd, 0) != 0) {
             st = hx_err_set(err, HX_E_IO, "%s: %s", tmp, strerror(errno));
@@ -264,14 +287,15 @@ static hx_status download_blob(get_ctx *g, const char *url, const char *file, co
         have = 0;
     }
     hx_sha256_init(&s.sha);
-    if (have > 0 && sha256[0] && (st = hash_prefix(s.fd, have, &s.sha, tmp, err)) != HX_OK) goto done;
+    if (have > 0 && sha256[0] && (st = hash_prefix(s.fd, have, &s.sha, tmp, err)) != HX_OK)
+        goto done;
     if (lseek(s.fd, have, SEEK_SET) != have) {
         st = hx_err_set(err, HX_E_IO, "%s: %s", tmp, strerror(errno));
         goto done;
     }
     s.from = have;
-    s.prog = (progress){ .name = file, .total = size, .done = have, .resumed = have, .t0 = now_s(),
-                         .tty = g->tty };
+    s.prog = (progress){
+        .name = file, .total = size, .done = have, .resumed = have, .t0 = now_s(), .tty = g->tty};
     s.prog.last = g->tty ? 0 : s.prog.t0; /* plain lines: the first after 5 s */
     s.tty_progress = g->tty;
     if (have > 0) {
@@ -296,9 +320,10 @@ static hx_status download_blob(get_ctx *g, const char *url, const char *file, co
         }
         if (g->tty && s.prog.done > s.prog.resumed && st != HX_OK) fputc('\n', stderr);
         if (st != HX_OK) { /* the partial file stays for the next run */
-            st = hx_err_set(err, st, "%s: download interrupted (%s); %lld bytes are kept in %s: "
-                            "run the same command again to resume", file, te.msg,
-                            (long long)s.prog.done, tmp);
+            st = hx_err_set(err, st,
+                            "%s: download interrupted (%s); %lld bytes are kept in %s: "
+                            "run the same command again to resume",
+                            file, te.msg, (long long)s.prog.done, tmp);
             goto done;
         }
         if (r.status < 200 || r.status >= 300) {
@@ -309,16 +334,18 @@ static hx_status download_blob(get_ctx *g, const char *url, const char *file, co
     /* check what arrived before it becomes the blob */
     const int64_t got = fstat(s.fd, &sb) == 0 ? (int64_t)sb.st_size : -1;
     if (size >= 0 && got != size) {
-        st = hx_err_set(err, HX_E_IO, "%s: size mismatch: the hub says %lld bytes, %lld arrived; "
-                        "the download was deleted, run the command again", file, (long long)size,
-                        (long long)got);
+        st = hx_err_set(err, HX_E_IO,
+                        "%s: size mismatch: the hub says %lld bytes, %lld arrived; "
+                        "the download was deleted, run the command again",
+                        file, (long long)size, (long long)got);
         goto fail;
     }
     if (sha256[0]) {
         char hex[HX_SHA256_HEX];
         hx_sha256_final_hex(&s.sha, hex);
         if (strcasecmp(hex, sha256) != 0) {
-            st = hx_err_set(err, HX_E_IO, "%s: sha256 mismatch: the hub says %s, the bytes that "
+            st = hx_err_set(err, HX_E_IO,
+                            "%s: sha256 mismatch: the hub says %s, the bytes that "
                             "arrived hash to %s; the download was deleted, run the command again",
                             file, sha256, hex);
             goto fail;
@@ -348,12 +375,13 @@ static hx_status fetch_file(get_ctx *g, const hx_hub_file *f, char *pointer, siz
         !hx_fmt(url, sizeof url, "%s/%s/resolve/%s/%s", g->endpoint, g->repo, g->rev, enc))
         return hx_err_set(err, HX_E_INVALID, "%s: name too long", f->path);
     hx_hub_resp r;
-    hx_status st = hx_hub_http_head(g->http, url, &r, err);
+    hx_status   st = hx_hub_http_head(g->http, url, &r, err);
     if (st != HX_OK) return st;
     if (r.status < 200 || r.status >= 400) return hub_refusal(g, f->path, &r, err);
     if (!hx_hub_commit_valid(g->rev) || strcmp(g->rev, "main") == 0) {
         if (!hx_hub_commit_valid(r.commit))
-            return hx_err_set(err, HX_E_FORMAT, "%s: the hub did not say which commit it serves", f->path);
+            return hx_err_set(err, HX_E_FORMAT, "%s: the hub did not say which commit it serves",
+                              f->path);
         hx_fmt(g->rev, sizeof g->rev, "%s", r.commit);
     }
     char etag[200];
@@ -361,11 +389,12 @@ static hx_status fetch_file(get_ctx *g, const hx_hub_file *f, char *pointer, siz
     if (!etag[0])
         return hx_err_set(err, HX_E_FORMAT, "%s: the hub sent no usable ETag (\"%s\")", f->path,
                           r.linked_etag[0] ? r.linked_etag : r.etag);
-    int64_t size = r.linked_size >= 0 ? r.linked_size
-                 : r.status < 300 && r.content_length >= 0 ? r.content_length : f->size;
+    int64_t size = r.linked_size >= 0                        ? r.linked_size
+                   : r.status < 300 && r.content_length >= 0 ? r.content_length
+                                                             : f->size;
     /* an LFS file's ETag is its sha256: the check on arrival */
     const char *sha = hx_hub_is_sha256(etag) ? etag : "";
-    char blobs[4200], blob[4400], snapdir[4400], link[1200], lock[4400];
+    char        blobs[4200], blob[4400], snapdir[4400], link[1200], lock[4400];
     if (!hx_fmt(blobs, sizeof blobs, "%s/blobs", g->repo_dir) ||
         !hx_fmt(blob, sizeof blob, "%s/%s", blobs, etag) ||
         !hx_fmt(pointer, pointer_len, "%s/snapshots/%s/%s", g->repo_dir, g->rev, f->path) ||
@@ -378,7 +407,8 @@ static hx_status fetch_file(get_ctx *g, const hx_hub_file *f, char *pointer, siz
         (st = mkdirs(g->lock_dir, err)) != HX_OK)
         return st;
     struct stat sb;
-    bool have = stat(blob, &sb) == 0 && S_ISREG(sb.st_mode) && (size < 0 || (int64_t)sb.st_size == size);
+    bool        have =
+        stat(blob, &sb) == 0 && S_ISREG(sb.st_mode) && (size < 0 || (int64_t)sb.st_size == size);
     if (!have) {
         int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
         if (lfd < 0) return hx_err_set(err, HX_E_IO, "cannot open %s: %s", lock, strerror(errno));
@@ -390,7 +420,8 @@ static hx_status fetch_file(get_ctx *g, const hx_hub_file *f, char *pointer, siz
             }
         }
         /* the other download may have finished it meanwhile */
-        have = stat(blob, &sb) == 0 && S_ISREG(sb.st_mode) && (size < 0 || (int64_t)sb.st_size == size);
+        have = stat(blob, &sb) == 0 && S_ISREG(sb.st_mode) &&
+               (size < 0 || (int64_t)sb.st_size == size);
         if (!have) st = download_blob(g, url, f->path, blob, size, sha, err);
         close(lfd); /* releases the lock */
         if (st != HX_OK) return st;
@@ -400,7 +431,7 @@ static hx_status fetch_file(get_ctx *g, const hx_hub_file *f, char *pointer, siz
         fprintf(stderr, "  %s: already in the cache (%s)\n", f->path, sz);
     }
     /* the snapshot entry: a relative symlink into blobs/, replacing whatever was there */
-    char cur[1200];
+    char    cur[1200];
     ssize_t cn = readlink(pointer, cur, sizeof cur - 1);
     if (cn >= 0) cur[cn] = '\0';
     if (cn < 0 || strcmp(cur, link) != 0) {
@@ -418,7 +449,7 @@ static hx_status read_small(const char *path, char **buf, size_t *len, hx_err *e
     FILE *f = fopen(path, "rb");
     if (!f) return hx_err_set(err, HX_E_IO, "cannot open %s: %s", path, strerror(errno));
     struct stat sb;
-    hx_status st = HX_OK;
+    hx_status   st = HX_OK;
     if (fstat(fileno(f), &sb) != 0 || sb.st_size < 0 || (size_t)sb.st_size > LISTING_MAX) {
         st = hx_err_set(err, HX_E_FORMAT, "%s: not a plausible index file", path);
     } else if (!(*buf = hx_alloc((size_t)sb.st_size + 1))) {
@@ -450,8 +481,8 @@ static void usage(FILE *f)
 /* GET the repo's file listing at main (falling back to the default branch). */
 static hx_status get_listing(get_ctx *g, hx_hub_repo *repo, hx_err *err)
 {
-    char url[2048], *body = NULL;
-    size_t len = 0;
+    char        url[2048], *body = NULL;
+    size_t      len = 0;
     hx_hub_resp r;
     hx_fmt(url, sizeof url, "%s/api/models/%s/revision/main?blobs=true", g->endpoint, g->repo);
     hx_status st = hx_hub_http_get(g->http, url, LISTING_MAX, &body, &len, &r, err);
@@ -494,31 +525,35 @@ int hx_cmd_get(int argc, char **argv)
         return 2;
     }
     hx_err err = {0};
-    char repo_id[256], sel[1100], token[4096], cache[2048], folder[300];
+    char   repo_id[256], sel[1100], token[4096], cache[2048], folder[300];
     if (hx_hub_spec_parse(spec, repo_id, sizeof repo_id, sel, sizeof sel, &err) != HX_OK) {
         fprintf(stderr, "hearth get: %s\n", err.msg);
         return 2;
     }
     const char *ep = getenv("HF_ENDPOINT");
-    char endpoint[1024];
+    char        endpoint[1024];
     hx_fmt(endpoint, sizeof endpoint, "%s", ep && *ep ? ep : "https://huggingface.co");
-    for (size_t n = strlen(endpoint); n && endpoint[n - 1] == '/'; n--) endpoint[n - 1] = '\0';
+    for (size_t n = strlen(endpoint); n && endpoint[n - 1] == '/'; n--)
+        endpoint[n - 1] = '\0';
     read_token(token, sizeof token);
     hx_discover_hf_cache(cache, sizeof cache);
     hx_hub_repo_folder(repo_id, folder, sizeof folder);
 
-    get_ctx g = { .endpoint = endpoint, .repo = repo_id, .tty = isatty(STDERR_FILENO),
-                  .have_token = token[0] != '\0' };
+    get_ctx     g = {.endpoint = endpoint,
+                     .repo = repo_id,
+                     .tty = isatty(STDERR_FILENO),
+                     .have_token = token[0] != '\0'};
     hx_hub_repo repo = {0};
     hx_hub_plan plan = {0};
-    char *index = NULL, first[4400] = "";
-    int rc = 1;
+    char       *index = NULL, first[4400] = "";
+    int         rc = 1;
     if (!hx_fmt(g.repo_dir, sizeof g.repo_dir, "%s/%s", cache, folder) ||
         !hx_fmt(g.lock_dir, sizeof g.lock_dir, "%s/.locks/%s", cache, folder)) {
         fprintf(stderr, "hearth get: cache path too long: %s\n", cache);
         return 1;
     }
-    if (hx_hub_http_open(endpoint, token, &g.http, &err) != HX_OK || get_listing(&g, &repo, &err) != HX_OK)
+    if (hx_hub_http_open(endpoint, token, &g.http, &err) != HX_OK ||
+        get_listing(&g, &repo, &err) != HX_OK)
         goto fail;
     hx_fmt(g.rev, sizeof g.rev, "%s", repo.commit[0] ? repo.commit : "main");
     if (hx_hub_plan_make(&repo, sel, &plan, &err) != HX_OK) {
@@ -529,7 +564,7 @@ int hx_cmd_get(int argc, char **argv)
     }
     {
         int64_t total = 0;
-        bool known = true;
+        bool    known = true;
         for (int i = 0; i < plan.n_files; i++) {
             known = known && repo.files[plan.files[i]].size >= 0;
             total += repo.files[plan.files[i]].size;
@@ -544,7 +579,7 @@ int hx_cmd_get(int argc, char **argv)
     const double t0 = now_s();
     for (int i = 0; i < plan.n_files; i++) {
         const int fi = plan.files[i];
-        char pointer[4400];
+        char      pointer[4400];
         if (fetch_file(&g, &repo.files[fi], pointer, sizeof pointer, &err) != HX_OK) goto fail;
         if (i == 0) hx_fmt(first, sizeof first, "%s", pointer);
         if (fi == plan.index) {
@@ -566,7 +601,8 @@ int hx_cmd_get(int argc, char **argv)
         hx_fmt(tmp, sizeof tmp, "%s.tmp%ld", ref, (long)getpid());
         FILE *f = NULL;
         if (mkdirs(refs, &err) != HX_OK) goto fail;
-        if (!(f = fopen(tmp, "w")) || fputs(g.rev, f) < 0 || fclose(f) != 0 || rename(tmp, ref) != 0) {
+        if (!(f = fopen(tmp, "w")) || fputs(g.rev, f) < 0 || fclose(f) != 0 ||
+            rename(tmp, ref) != 0) {
             hx_err_set(&err, HX_E_IO, "cannot write %s: %s", ref, strerror(errno));
             goto fail;
         }
@@ -584,9 +620,9 @@ int hx_cmd_get(int argc, char **argv)
         } else {
             hx_fmt(name, sizeof name, "%s:%s", repo_id, repo.files[plan.files[0]].path);
         }
-        char *p = NULL;
-        hx_err e = {0};
-        const char *tries[] = { repo_id, spec, name };
+        char       *p = NULL;
+        hx_err      e = {0};
+        const char *tries[] = {repo_id, spec, name};
         const char *run = name;
         for (size_t t = 0; t < HX_COUNTOF(tries); t++) {
             p = NULL;
@@ -598,8 +634,10 @@ int hx_cmd_get(int argc, char **argv)
             }
             hx_free(p);
         }
-        if (g.n_downloaded) printf("ready: %s (%s downloaded in %s)\n", repo_id, got, el);
-        else printf("ready: %s (everything was already in the cache)\n", repo_id);
+        if (g.n_downloaded)
+            printf("ready: %s (%s downloaded in %s)\n", repo_id, got, el);
+        else
+            printf("ready: %s (everything was already in the cache)\n", repo_id);
         printf("  %s\nrun it:  hearth run %s \"Hello\"\n", where, run);
     }
     rc = 0;

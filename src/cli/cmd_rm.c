@@ -43,8 +43,10 @@ static int rm_cb(const char *path, const struct stat *sb, int type, struct FTW *
 static bool child_of(const char *path, const char *dir)
 {
     size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') n--;
-    return strncmp(path, dir, n) == 0 && path[n] == '/' && path[n + 1] && !strchr(path + n + 1, '/');
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    return strncmp(path, dir, n) == 0 && path[n] == '/' && path[n + 1] &&
+           !strchr(path + n + 1, '/');
 }
 
 /* Deletes root, a file or a folder tree (symlinks themselves, never their targets). */
@@ -59,19 +61,21 @@ static int remove_tree(const char *root)
 int hx_cmd_rm(int argc, char **argv)
 {
     const char *name = NULL;
-    bool yes = false;
+    bool        yes = false;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--yes") == 0 || strcmp(argv[i], "-y") == 0) yes = true;
+        if (strcmp(argv[i], "--yes") == 0 || strcmp(argv[i], "-y") == 0)
+            yes = true;
         else if (argv[i][0] == '-' || name) {
             fprintf(stderr, "usage: hearth rm NAME [--yes]\n");
             return 2;
-        } else name = argv[i];
+        } else
+            name = argv[i];
     }
     if (!name) {
         fprintf(stderr, "usage: hearth rm NAME [--yes]\n");
         return 2;
     }
-    hx_err err = {0};
+    hx_err          err = {0};
     hx_local_models l;
     if (hx_discover_list(&l, &err) != HX_OK) {
         fprintf(stderr, "hearth rm: %s\n", err.msg);
@@ -88,11 +92,11 @@ int hx_cmd_rm(int argc, char **argv)
         goto done;
     }
     const hx_local_model *m = &l.items[pick];
-    char home[2048], cache[2048], models[2100], what[512], lock[4200] = "";
+    char                  home[2048], cache[2048], models[2100], what[512], lock[4200] = "";
     hx_discover_hearth_home(home, sizeof home);
     hx_discover_hf_cache(cache, sizeof cache);
     hx_fmt(models, sizeof models, "%s/models", home);
-    const bool hf = strcmp(m->where, "hf-cache") == 0;
+    const bool  hf = strcmp(m->where, "hf-cache") == 0;
     const char *base = strrchr(m->root, '/') ? strrchr(m->root, '/') + 1 : m->root;
     if (hf ? !child_of(m->root, cache) || strncmp(base, "models--", 8) != 0
            : strncmp(m->root, models, strlen(models)) != 0 || m->root[strlen(models)] != '/') {
@@ -108,8 +112,10 @@ int hx_cmd_rm(int argc, char **argv)
     }
     du_total = 0;
     struct stat sb;
-    if (lstat(m->root, &sb) == 0 && S_ISDIR(sb.st_mode)) nftw(m->root, du_cb, 32, FTW_PHYS);
-    else if (stat(m->root, &sb) == 0) du_total = (int64_t)sb.st_size;
+    if (lstat(m->root, &sb) == 0 && S_ISDIR(sb.st_mode))
+        nftw(m->root, du_cb, 32, FTW_PHYS);
+    else if (stat(m->root, &sb) == 0)
+        du_total = (int64_t)sb.st_size;
     char sz[32];
     hx_cli_fmt_bytes((double)du_total, sz, sizeof sz);
     printf("%s (%s): %s\n", what, sz, m->root);

@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "base/alloc.h"
+#include "base/strbuf.h"
 #include "base/path.h"
 #include "hearth.h"
 
@@ -21,9 +22,9 @@
 
 struct hx_hub_http {
     CURL *curl;
-    char *endpoint;          /* no trailing slash */
-    char  origin[600];       /* "scheme://host:port" of the endpoint, lowercase host */
-    char *auth_header;       /* "Authorization: Bearer ..." or NULL */
+    char *endpoint;    /* no trailing slash */
+    char  origin[600]; /* "scheme://host:port" of the endpoint, lowercase host */
+    char *auth_header; /* "Authorization: Bearer ..." or NULL */
     char  user_agent[64];
     char  curl_err[CURL_ERROR_SIZE];
 };
@@ -31,11 +32,11 @@ struct hx_hub_http {
 /* What one perform collects: headers, and where the body goes. */
 typedef struct {
     hx_hub_resp   *resp;
-    hx_hub_body_fn fn;      /* 2xx bodies; NULL: discard */
-    void           *user;
-    bool            stopped; /* fn returned false */
-    int64_t         n_body;  /* body bytes handed to fn */
-    size_t          n_err;   /* bytes of an error body kept in resp->error */
+    hx_hub_body_fn fn; /* 2xx bodies; NULL: discard */
+    void          *user;
+    bool           stopped; /* fn returned false */
+    int64_t        n_body;  /* body bytes handed to fn */
+    size_t         n_err;   /* bytes of an error body kept in resp->error */
 } hop;
 
 /* "scheme://host:port" of url, host lowercase, the default port filled in. False when url does
@@ -43,14 +44,16 @@ typedef struct {
 static bool origin_of(const char *url, char *buf, size_t len)
 {
     CURLU *u = curl_url();
-    char *scheme = NULL, *host = NULL, *port = NULL;
-    bool ok = u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+    char  *scheme = NULL, *host = NULL, *port = NULL;
+    bool   ok = u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
               curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
               curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
               curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK;
     if (ok) {
-        for (char *p = host; *p; p++) *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
-        for (char *p = scheme; *p; p++) *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+        for (char *p = host; *p; p++)
+            *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+        for (char *p = scheme; *p; p++)
+            *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
         ok = hx_fmt(buf, len, "%s://%s:%s", scheme, host, port);
     }
     curl_free(scheme);
@@ -69,8 +72,10 @@ static bool same_origin(const hx_hub_http *h, const char *url)
 /* Copies a header value (without surrounding blanks and the line end) into out. */
 static void header_value(const char *v, size_t n, char *out, size_t len)
 {
-    while (n && (*v == ' ' || *v == '\t')) v++, n--;
-    while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ' || v[n - 1] == '\t')) n--;
+    while (n && (*v == ' ' || *v == '\t'))
+        v++, n--;
+    while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
     if (n >= len) n = len - 1;
     memcpy(out, v, n);
     out[n] = '\0';
@@ -78,7 +83,7 @@ static void header_value(const char *v, size_t n, char *out, size_t len)
 
 static int64_t parse_i64(const char *s)
 {
-    char *end;
+    char     *end;
     long long v = strtoll(s, &end, 10);
     return end == s || v < 0 ? -1 : (int64_t)v;
 }
@@ -91,7 +96,7 @@ static void resp_reset(hx_hub_resp *r)
 
 static size_t on_header(char *line, size_t size, size_t n, void *user)
 {
-    hop *c = user;
+    hop         *c = user;
     hx_hub_resp *r = c->resp;
     const size_t len = size * n;
     if (len >= 5 && strncmp(line, "HTTP/", 5) == 0) { /* a new response begins */
@@ -104,23 +109,30 @@ static size_t on_header(char *line, size_t size, size_t n, void *user)
     const char *colon = memchr(line, ':', len);
     if (!colon) return len;
     const size_t kn = (size_t)(colon - line), vn = len - kn - 1;
-    char v[256];
+    char         v[256];
     header_value(colon + 1, vn, v, sizeof v);
 #define IS(name) (kn == sizeof(name) - 1 && strncasecmp(line, name, kn) == 0)
-    if (IS("etag")) hx_fmt(r->etag, sizeof r->etag, "%s", v);
-    else if (IS("x-linked-etag")) hx_fmt(r->linked_etag, sizeof r->linked_etag, "%s", v);
-    else if (IS("x-repo-commit")) hx_fmt(r->commit, sizeof r->commit, "%s", v);
-    else if (IS("x-error-message")) hx_fmt(r->error, sizeof r->error, "%s", v);
-    else if (IS("x-linked-size")) r->linked_size = parse_i64(v);
-    else if (IS("content-length")) r->content_length = parse_i64(v);
-    else if (IS("content-range") && strncasecmp(v, "bytes ", 6) == 0) r->range_start = parse_i64(v + 6);
+    if (IS("etag"))
+        hx_fmt(r->etag, sizeof r->etag, "%s", v);
+    else if (IS("x-linked-etag"))
+        hx_fmt(r->linked_etag, sizeof r->linked_etag, "%s", v);
+    else if (IS("x-repo-commit"))
+        hx_fmt(r->commit, sizeof r->commit, "%s", v);
+    else if (IS("x-error-message"))
+        hx_fmt(r->error, sizeof r->error, "%s", v);
+    else if (IS("x-linked-size"))
+        r->linked_size = parse_i64(v);
+    else if (IS("content-length"))
+        r->content_length = parse_i64(v);
+    else if (IS("content-range") && strncasecmp(v, "bytes ", 6) == 0)
+        r->range_start = parse_i64(v + 6);
 #undef IS
     return len;
 }
 
 static size_t on_body(char *data, size_t size, size_t n, void *user)
 {
-    hop *c = user;
+    hop         *c = user;
     const size_t len = size * n;
     hx_hub_resp *r = c->resp;
     if (r->status >= 200 && r->status < 300) {
@@ -158,7 +170,8 @@ hx_status hx_hub_http_open(const char *endpoint, const char *token, hx_hub_http 
     hx_hub_http *h = hx_calloc(1, sizeof *h);
     if (!h) return hx_err_set(err, HX_E_NOMEM, "out of memory");
     size_t n = strlen(endpoint);
-    while (n && endpoint[n - 1] == '/') n--;
+    while (n && endpoint[n - 1] == '/')
+        n--;
     h->endpoint = hx_strndup(endpoint, n);
     h->curl = curl_easy_init();
     if (!h->endpoint || !h->curl) {
@@ -198,9 +211,9 @@ void hx_hub_http_close(hx_hub_http *h)
 static CURLcode perform(hx_hub_http *h, const char *url, bool head, bool auth, int64_t from, hop *c,
                         char **next)
 {
-    CURL *k = h->curl;
+    CURL              *k = h->curl;
     struct curl_slist *hdrs = NULL, *t;
-    char range[48];
+    char               range[48];
     *next = NULL;
     curl_easy_reset(k);
     curl_easy_setopt(k, CURLOPT_URL, url);
@@ -244,27 +257,31 @@ static CURLcode perform(hx_hub_http *h, const char *url, bool head, bool auth, i
 
 /* The request loop: hops until a non-redirect response (or, for HEAD, a redirect to another
  * origin), at most MAX_REDIRECTS times. */
-static hx_status request(hx_hub_http *h, const char *url0, bool head, int64_t from, hop *c, hx_err *err)
+static hx_status request(hx_hub_http *h, const char *url0, bool head, int64_t from, hop *c,
+                         hx_err *err)
 {
     char *url = hx_strdup(url0);
     if (!url) return hx_err_set(err, HX_E_NOMEM, "out of memory");
     hx_status st = HX_OK;
     for (int hopn = 0;; hopn++) {
-        char *next = NULL;
+        char          *next = NULL;
         const CURLcode rc = perform(h, url, head, same_origin(h, url), from, c, &next);
         if (rc != CURLE_OK) {
-            if (c->stopped) st = hx_err_set(err, HX_E_IO, "%s: transfer stopped", url);
-            else if (rc == CURLE_PARTIAL_FILE || rc == CURLE_RECV_ERROR || rc == CURLE_OPERATION_TIMEDOUT)
+            if (c->stopped)
+                st = hx_err_set(err, HX_E_IO, "%s: transfer stopped", url);
+            else if (rc == CURLE_PARTIAL_FILE || rc == CURLE_RECV_ERROR ||
+                     rc == CURLE_OPERATION_TIMEDOUT)
                 st = hx_err_set(err, HX_E_IO, "%s: the transfer broke off after %lld bytes (%s)",
-                                url, (long long)c->n_body, h->curl_err[0] ? h->curl_err : curl_easy_strerror(rc));
+                                url, (long long)c->n_body,
+                                h->curl_err[0] ? h->curl_err : curl_easy_strerror(rc));
             else
                 st = hx_err_set(err, HX_E_IO, "%s: %s", url,
                                 h->curl_err[0] ? h->curl_err : curl_easy_strerror(rc));
             hx_free(next);
             break;
         }
-        if (!next) break;                             /* a final response */
-        if (head && !same_origin(h, next)) {          /* the CDN: its headers are not the hub's */
+        if (!next) break;                    /* a final response */
+        if (head && !same_origin(h, next)) { /* the CDN: its headers are not the hub's */
             hx_free(next);
             break;
         }
@@ -280,60 +297,51 @@ static hx_status request(hx_hub_http *h, const char *url0, bool head, int64_t fr
 }
 
 typedef struct {
-    char  *buf;
-    size_t len, cap, max;
-    bool   too_big;
+    hx_strbuf b;
+    size_t    max;
+    bool      too_big;
 } membuf;
 
 static bool to_mem(const void *data, size_t n, const hx_hub_resp *resp, void *user)
 {
     (void)resp;
     membuf *m = user;
-    if (n > m->max - m->len) {
+    if (n > m->max - m->b.len) {
         m->too_big = true;
         return false;
     }
-    if (m->len + n + 1 > m->cap) {
-        size_t cap = m->cap ? m->cap : 4096;
-        while (cap < m->len + n + 1) cap *= 2;
-        char *p = hx_realloc(m->buf, cap);
-        if (!p) return false;
-        m->buf = p;
-        m->cap = cap;
-    }
-    memcpy(m->buf + m->len, data, n);
-    m->len += n;
-    m->buf[m->len] = '\0';
-    return true;
+    return hx_strbuf_put(&m->b, data, n);
 }
 
-hx_status hx_hub_http_get(hx_hub_http *h, const char *url, size_t max_bytes, char **body, size_t *len,
-                      hx_hub_resp *resp, hx_err *err)
+hx_status hx_hub_http_get(hx_hub_http *h, const char *url, size_t max_bytes, char **body,
+                          size_t *len, hx_hub_resp *resp, hx_err *err)
 {
-    membuf m = { .max = max_bytes };
-    hop c = { .resp = resp, .fn = to_mem, .user = &m };
-    hx_err e = {0};
+    membuf    m = {.max = max_bytes};
+    hop       c = {.resp = resp, .fn = to_mem, .user = &m};
+    hx_err    e = {0};
     hx_status st = request(h, url, false, 0, &c, &e);
     if (st != HX_OK) {
-        hx_free(m.buf);
-        if (m.too_big) return hx_err_set(err, HX_E_IO, "%s: the answer is larger than %zu bytes", url, max_bytes);
+        hx_free(m.b.data);
+        if (m.too_big)
+            return hx_err_set(err, HX_E_IO, "%s: the answer is larger than %zu bytes", url,
+                              max_bytes);
         return hx_err_set(err, st, "%s", e.msg);
     }
-    if (!m.buf && !(m.buf = hx_calloc(1, 1))) return hx_err_set(err, HX_E_NOMEM, "out of memory");
-    *body = m.buf;
-    *len = m.len;
+    if (!hx_strbuf_put(&m.b, "", 0)) return hx_err_set(err, HX_E_NOMEM, "out of memory");
+    *body = m.b.data;
+    *len = m.b.len;
     return HX_OK;
 }
 
 hx_status hx_hub_http_head(hx_hub_http *h, const char *url, hx_hub_resp *resp, hx_err *err)
 {
-    hop c = { .resp = resp };
+    hop c = {.resp = resp};
     return request(h, url, true, 0, &c, err);
 }
 
 hx_status hx_hub_http_download(hx_hub_http *h, const char *url, int64_t from, hx_hub_body_fn fn,
-                           void *user, hx_hub_resp *resp, hx_err *err)
+                               void *user, hx_hub_resp *resp, hx_err *err)
 {
-    hop c = { .resp = resp, .fn = fn, .user = user };
+    hop c = {.resp = resp, .fn = fn, .user = user};
     return request(h, url, false, from, &c, err);
 }

@@ -17,14 +17,14 @@ typedef struct hx_hub_http hx_hub_http;
 
 /* The headers of the last response of a request (after redirects). */
 typedef struct {
-    long    status;             /* HTTP status; 0 before any response */
-    char    etag[200];          /* ETag, raw */
-    char    linked_etag[200];   /* X-Linked-Etag, raw (the sha256 of an LFS file) */
-    char    commit[80];         /* X-Repo-Commit */
-    char    error[240];         /* X-Error-Message, else the start of an error body */
-    int64_t linked_size;        /* X-Linked-Size, -1 when absent */
-    int64_t content_length;     /* Content-Length, -1 when absent */
-    int64_t range_start;        /* first byte of Content-Range, -1 when absent */
+    long    status;           /* HTTP status; 0 before any response */
+    char    etag[200];        /* ETag, raw */
+    char    linked_etag[200]; /* X-Linked-Etag, raw (the sha256 of an LFS file) */
+    char    commit[80];       /* X-Repo-Commit */
+    char    error[240];       /* X-Error-Message, else the start of an error body */
+    int64_t linked_size;      /* X-Linked-Size, -1 when absent */
+    int64_t content_length;   /* Content-Length, -1 when absent */
+    int64_t range_start;      /* first byte of Content-Range, -1 when absent */
 } hx_hub_resp;
 
 /* Receives the body of a 2xx response as it arrives; resp is the response's headers. Returns
@@ -39,8 +39,8 @@ void      hx_hub_http_close(hx_hub_http *h); /* accepts NULL */
 /* GET url into a new hx_alloc'd, NUL-terminated buffer (*body, *len) of at most max_bytes,
  * following redirects. A non-2xx status is not an error here: resp->status says it. HX_E_IO
  * for a transfer that failed, naming the url. */
-hx_status hx_hub_http_get(hx_hub_http *h, const char *url, size_t max_bytes, char **body, size_t *len,
-                      hx_hub_resp *resp, hx_err *err);
+hx_status hx_hub_http_get(hx_hub_http *h, const char *url, size_t max_bytes, char **body,
+                          size_t *len, hx_hub_resp *resp, hx_err *err);
 
 /* HEAD url, following redirects within the endpoint's origin only. */
 hx_status hx_hub_http_head(hx_hub_http *h, const char *url, hx_hub_resp *resp, hx_err *err);
@@ -49,6 +49,6 @@ hx_status hx_hub_http_head(hx_hub_http *h, const char *url, hx_hub_resp *resp, h
  * the final 2xx response goes to fn. HX_E_IO when the transfer breaks off (the message says how
  * many bytes arrived), stalls for a minute, or fn stops it (fn's error is kept, being first). */
 hx_status hx_hub_http_download(hx_hub_http *h, const char *url, int64_t from, hx_hub_body_fn fn,
-                           void *user, hx_hub_resp *resp, hx_err *err);
+                               void *user, hx_hub_resp *resp, hx_err *err);
 
 #endif

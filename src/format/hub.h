@@ -36,7 +36,7 @@ typedef struct {
     char         commit[65]; /* the revision's commit ("sha"); "" when the listing has none */
     hx_hub_file *files;      /* in listing order */
     int          n_files;
-    int          n_skipped;  /* entries refused as unsafe or malformed */
+    int          n_skipped; /* entries refused as unsafe or malformed */
 } hx_hub_repo;
 
 /* Parses the hub's model info JSON. Siblings whose rfilename is not a safe relative path are
@@ -56,8 +56,8 @@ bool hx_hub_repo_id_valid(const char *id);
 
 /* Splits "ORG/REPO[:SEL]" into repo and selector ("" when none). HX_E_INVALID with a message
  * for a malformed repo id or an empty selector. */
-hx_status hx_hub_spec_parse(const char *arg, char *repo, size_t repo_len, char *sel,
-                            size_t sel_len, hx_err *err);
+hx_status hx_hub_spec_parse(const char *arg, char *repo, size_t repo_len, char *sel, size_t sel_len,
+                            hx_err *err);
 
 /* A file name from the hub that is safe to place under a snapshot folder: relative, no empty,
  * "." or ".." component, no backslash or control character, at most 1024 bytes. */
@@ -95,9 +95,9 @@ typedef enum { HX_HUB_SAFETENSORS, HX_HUB_GGUF } hx_hub_kind;
 
 typedef struct {
     hx_hub_kind kind;
-    int        *files;   /* indices into the repo's files, in download order */
+    int        *files; /* indices into the repo's files, in download order */
     int         n_files;
-    int         index;   /* safetensors: the *.safetensors.index.json to read first, or -1 */
+    int         index; /* safetensors: the *.safetensors.index.json to read first, or -1 */
 } hx_hub_plan;
 
 /* Decides what to download. sel "" : a safetensors model when the repo has config.json and

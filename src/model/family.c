@@ -18,9 +18,9 @@
 /* Rows [r0, r0 + n) of the 2-D weight t. */
 static hx_tensor row_view(const hx_tensor *t, int64_t r0, int64_t n)
 {
-    hx_tensor v = *t;
+    hx_tensor     v = *t;
     const int64_t n_in = t->shape[1];
-    const size_t rb = hx_dtype_row_bytes(t->dtype, n_in);
+    const size_t  rb = hx_dtype_row_bytes(t->dtype, n_in);
     v.shape[0] = n;
     v.data = (const unsigned char *)t->data + (size_t)r0 * rb;
     v.n_bytes = (size_t)n * rb;
@@ -36,16 +36,17 @@ static hx_tensor row_view(const hx_tensor *t, int64_t r0, int64_t n)
 hx_status hx_model_split_fused(const hx_llm *m, int i, hx_layer *L, hx_err *err)
 {
     const hx_hparams *hp = &m->hp;
-    const int64_t d = hp->d_model, qd = (int64_t)hp->n_head * hp->d_head,
+    const int64_t     d = hp->d_model, qd = (int64_t)hp->n_head * hp->d_head,
                   kvd = (int64_t)hp->n_kv_head * hp->d_head;
     char name[96];
     snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", i);
     const hx_tensor *qkv = hx_model_get(m->mf, name);
     if (qkv && !L->wq && !L->wk && !L->wv) {
         if (qkv->n_dims != 2 || qkv->shape[0] != qd + 2 * kvd || qkv->shape[1] != d)
-            return hx_err_set(err, HX_E_FORMAT, "%s: %s has shape [%lld, %lld], expected "
-                              "[%lld, %lld] (q, k and v rows)", m->mf->path, name,
-                              (long long)qkv->shape[0], (long long)qkv->shape[1],
+            return hx_err_set(err, HX_E_FORMAT,
+                              "%s: %s has shape [%lld, %lld], expected "
+                              "[%lld, %lld] (q, k and v rows)",
+                              m->mf->path, name, (long long)qkv->shape[0], (long long)qkv->shape[1],
                               (long long)(qd + 2 * kvd), (long long)d);
         L->split[0] = row_view(qkv, 0, qd);
         L->split[1] = row_view(qkv, qd, kvd);
@@ -76,33 +77,42 @@ static void fold(const hx_tensor **slot, hx_tensor *dst, float **next)
 {
     if (!*slot) return;
     const int64_t n = len_of(*slot);
-    float *p = *next;
+    float        *p = *next;
     hx_tensor_dequant_row(*slot, 0, p);
-    for (int64_t i = 0; i < n; i++) p[i] += 1.0f;
-    *dst = (hx_tensor){.dtype = HX_DT_F32, .n_dims = 1, .shape = {n}, .data = p,
+    for (int64_t i = 0; i < n; i++)
+        p[i] += 1.0f;
+    *dst = (hx_tensor){.dtype = HX_DT_F32,
+                       .n_dims = 1,
+                       .shape = {n},
+                       .data = p,
                        .n_bytes = (size_t)n * sizeof(float)};
     *slot = dst;
     *next = p + n;
 }
 
-#define LAYER_NORMS(L) {&(L)->attn_norm, &(L)->post_attn_norm, &(L)->ffn_norm, \
-                        &(L)->post_ffn_norm, &(L)->q_norm, &(L)->k_norm}
+#define LAYER_NORMS(L)                                                                             \
+    {                                                                                              \
+        &(L)->attn_norm, &(L)->post_attn_norm, &(L)->ffn_norm, &(L)->post_ffn_norm, &(L)->q_norm,  \
+            &(L)->k_norm                                                                           \
+    }
 
 hx_status hx_model_fold_norms(hx_llm *m, hx_err *err)
 {
     int64_t total = len_of(m->out_norm);
     for (int i = 0; i < m->hp.n_layer; i++) {
         const hx_tensor **ns[] = LAYER_NORMS(&m->layers[i]);
-        for (size_t j = 0; j < HX_COUNTOF(ns); j++) total += len_of(*ns[j]);
+        for (size_t j = 0; j < HX_COUNTOF(ns); j++)
+            total += len_of(*ns[j]);
     }
     if (!(m->folded = hx_alloc((size_t)total * sizeof(float))))
         return hx_err_set(err, HX_E_NOMEM, "%s: out of memory for the norm weights", m->mf->path);
     float *next = m->folded;
     fold(&m->out_norm, &m->out_norm_folded, &next);
     for (int i = 0; i < m->hp.n_layer; i++) {
-        hx_layer *L = &m->layers[i];
+        hx_layer         *L = &m->layers[i];
         const hx_tensor **ns[] = LAYER_NORMS(L);
-        for (size_t j = 0; j < HX_COUNTOF(ns); j++) fold(ns[j], &L->folded[j], &next);
+        for (size_t j = 0; j < HX_COUNTOF(ns); j++)
+            fold(ns[j], &L->folded[j], &next);
     }
     return HX_OK;
 }
@@ -112,10 +122,10 @@ hx_status hx_model_fold_norms(hx_llm *m, hx_err *err)
 hx_status hx_model_rope_setup(hx_llm *m, hx_err *err)
 {
     const hx_hparams *hp = &m->hp;
-    const int32_t n_rot = hp->n_rot > 0 ? hp->n_rot : hp->d_head;
-    const hx_tensor *factors = hx_model_get(m->mf, "rope_freqs.weight");
+    const int32_t     n_rot = hp->n_rot > 0 ? hp->n_rot : hp->d_head;
+    const hx_tensor  *factors = hx_model_get(m->mf, "rope_freqs.weight");
     if (hp->rope_scaling == HX_ROPE_SCALING_LONGROPE) {
-        const bool use_long = hp->n_ctx_train > hp->rope_orig_ctx;
+        const bool  use_long = hp->n_ctx_train > hp->rope_orig_ctx;
         const char *name = use_long ? "rope_factors_long.weight" : "rope_factors_short.weight";
         factors = hx_model_get(m->mf, name);
         if (!factors || hx_tensor_n_elems(factors) != n_rot / 2)

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/strbuf.h"
 #include "sample/grammar.h"
 #include "sample/regex.h"
 
@@ -53,10 +54,7 @@ const char *hx_json_object_grammar(void)
 
 #define MAX_NESTING 64
 
-typedef struct {
-    char  *data;
-    size_t len, cap;
-} sbuf;
+typedef hx_strbuf sbuf;
 
 typedef struct {
     const char *ref;  /* borrowed from the schema */
@@ -98,18 +96,7 @@ static bool sg_fail(sgen *g, hx_status st, const char *fmt, ...)
 
 static bool sb_put(sgen *g, sbuf *b, const char *s, size_t n)
 {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 1024;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *d = hx_realloc(b->data, cap);
-        if (!d) return sg_nomem(g);
-        b->data = d;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-    return true;
+    return hx_strbuf_put(b, s, n) || sg_nomem(g);
 }
 
 static bool sb_str(sgen *g, sbuf *b, const char *s)

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/strbuf.h"
 #include "base/utf8.h"
 #include "sample/grammar.h"
 
@@ -34,8 +35,7 @@ typedef struct {
     const char *start, *p, *end;
     const char *rule;
     bool        json;
-    char       *out;
-    size_t      len, cap;
+    hx_strbuf   out;
     int         depth;
     hx_err     *err;
     hx_status   st;
@@ -66,18 +66,7 @@ static bool nomem(rx *x)
 
 static bool put(rx *x, const char *s, size_t n)
 {
-    if (x->len + n + 1 > x->cap) {
-        size_t cap = x->cap ? x->cap * 2 : 256;
-        while (cap < x->len + n + 1) cap *= 2;
-        char *d = hx_realloc(x->out, cap);
-        if (!d) return nomem(x);
-        x->out = d;
-        x->cap = cap;
-    }
-    memcpy(x->out + x->len, s, n);
-    x->len += n;
-    x->out[x->len] = '\0';
-    return true;
+    return hx_strbuf_put(&x->out, s, n) || nomem(x);
 }
 
 static bool puts_(rx *x, const char *s)
@@ -466,7 +455,7 @@ static int anchor_at(const rx *x, size_t *n)
 }
 
 /* A counted quantifier at x->p: {m} {m,} {,n} {m,n}. Returns false (p untouched) for a brace
- * that is a literal. Sets *bad when it is malformed in a way both dialects reject or disagree on. */
+ * that is a literal. */
 static bool read_count(rx *x, uint32_t *lo, uint32_t *hi, bool *unbounded)
 {
     const char *p = x->p + 1;
@@ -657,9 +646,9 @@ hx_status hx_regex_to_grammar(const char *re, size_t len, const char *rule, unsi
              puts_(&x, "-any ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" "
                    "([0-9a-cA-CeEfF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}))\n");
     if (!ok) {
-        hx_free(x.out);
+        hx_free(x.out.data);
         return x.st == HX_OK ? HX_E_INVALID : x.st;
     }
-    *out = x.out;
+    *out = x.out.data;
     return HX_OK;
 }
