@@ -72,6 +72,29 @@ typedef struct {
                              * before the softmax (Gemma 2's attn_logit_softcapping) */
 } hx_attn_shape;
 
+/* One mixture-of-experts MLP (`moe` below). The expert arrays are the model's; each entry is
+ * a matmul weight as `weight` returned it. */
+typedef struct {
+    int32_t           n_expert, n_used; /* experts, and how many each row runs */
+    int64_t           d_ff;             /* each expert's MLP width */
+    const hx_tensor **gate, **up;       /* [n_expert] each [d_ff, d_model] */
+    const hx_tensor **down;             /* [n_expert] each [d_model, d_ff] */
+    bool              norm_topk; /* the chosen experts' weights renormalised to sum to 1 */
+    bool              geglu;     /* gelu_tanh gate instead of silu */
+    /* A shared expert every row runs, scaled by sigmoid(x . sh_inp) (Qwen2-MoE); sh_gate NULL
+     * when the family has none. sh_inp: [d_model] or [1, d_model]. */
+    const hx_tensor *sh_gate, *sh_up, *sh_down, *sh_inp;
+    int64_t          d_ff_sh;
+} hx_moe;
+
+/* Floats of the work buffer `moe` needs for n_tok rows (d_ff: the wider of the experts' and the
+ * shared expert's widths). */
+static inline int64_t hx_moe_work_floats(int64_t n_tok, int64_t d_model, int64_t d_ff,
+                                         int32_t n_used, int32_t n_expert)
+{
+    return n_tok * (2 * d_model + 2 * d_ff + 3 * (int64_t)n_used + 1) + n_expert + 1;
+}
+
 struct hx_backend {
     const char *name;
     void       *impl; /* the backend's own state */
@@ -126,6 +149,14 @@ struct hx_backend {
     /* out = gelu_tanh(gate) * up, n elements, with gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi)
      * (x + 0.044715 x^3))) (Gemma's GeGLU, PyTorch's approximate="tanh"). out may alias. */
     void (*geglu)(hx_backend *be, const float *gate, const float *up, int64_t n, float *out);
+    /* Mixture of experts. router: [n_tok, n_expert] logits; each row's probabilities are their
+     * softmax, the row runs its n_used most probable experts (ties: the lower id) weighted by
+     * their probabilities (renormalised when m->norm_topk), plus the shared expert:
+     * out[t] = sum_j w_j * down_e(act(gate_e x[t]) * up_e x[t]) + shared. x: [n_tok, d_model];
+     * out: [n_tok, d_model], overwritten (must not alias x); work: hx_moe_work_floats floats of
+     * backend memory. Rows that chose the same expert go through its weights together. */
+    void (*moe)(hx_backend *be, const hx_moe *m, const float *router, const float *x,
+                int64_t n_tok, int64_t d_model, float *work, float *out);
     /* x += y, n elements. */
     void (*add)(hx_backend *be, float *x, const float *y, int64_t n);
     /* x *= s, n elements (Gemma's embedding scale). */

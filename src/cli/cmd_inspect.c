@@ -52,7 +52,10 @@ static void print_text(json_t *d, bool tensors)
     if (json_is_object(rs)) printf(" x%g", json_real_value(json_object_get(rs, "factor")));
     printf("\nnorm eps        %g\n", json_real_value(json_object_get(hp, "norm_eps")));
     if (geti(hp, "sliding_window")) printf("sliding window  %lld\n", (long long)geti(hp, "sliding_window"));
-    if (geti(hp, "n_expert")) printf("experts         %lld (%lld per token)\n", (long long)geti(hp, "n_expert"), (long long)geti(hp, "n_expert_used"));
+    if (geti(hp, "n_expert"))
+        printf("experts         %lld (%lld per token, width %lld%s)\n", (long long)geti(hp, "n_expert"),
+               (long long)geti(hp, "n_expert_used"), (long long)geti(hp, "d_ff_exp"),
+               geti(hp, "d_ff_shexp") ? ", and a shared expert" : "");
     printf("tied embeddings %s\n", json_is_true(json_object_get(hp, "tie_embeddings")) ? "yes" : "no");
     printf("qk norm         %s\n", json_is_true(json_object_get(hp, "qk_norm")) ? "yes" : "no");
     printf("attention bias  %s\n", json_is_true(json_object_get(hp, "attn_bias")) ? "yes" : "no");

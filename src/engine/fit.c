@@ -46,8 +46,13 @@
  * row makes its whole neighbourhood resident. */
 #define FAULT_AROUND_BYTES         ((uint64_t)64 << 10)
 
-static const char *const layer_matmuls[] = {"attn_q", "attn_k", "attn_v", "attn_output",
-                                            "ffn_gate", "ffn_up", "ffn_down"};
+static const char *const layer_matmuls[] = {"attn_q",   "attn_k",         "attn_v",
+                                            "attn_output", "ffn_gate",    "ffn_up",
+                                            "ffn_down",    "ffn_gate_inp", "ffn_gate_shexp",
+                                            "ffn_up_shexp", "ffn_down_shexp"};
+/* The experts of a mixture-of-experts layer: stacked (<what>_exps) or one per expert
+ * (<what>.E); a decode step reads n_expert_used of n_expert of them. */
+static const char *const expert_matmuls[] = {"ffn_gate", "ffn_up", "ffn_down"};
 
 hx_fit_params hx_fit_params_default(void)
 {
@@ -142,29 +147,50 @@ static uint64_t union_pages(span *s, size_t n, uint64_t page)
     return total;
 }
 
-/* True when name is one of the seven matmul weights of a layer, "blk.<i>.<what>.weight". */
-static bool is_layer_matmul(const char *name)
+typedef enum { NOT_MATMUL, LAYER_MATMUL, EXPERT_MATMUL } matmul_kind;
+
+/* What a tensor named "blk.<i>.<what>.weight" is to the forward pass. */
+static matmul_kind layer_matmul_kind(const char *name)
 {
-    if (strncmp(name, "blk.", 4) != 0) return false;
+    if (strncmp(name, "blk.", 4) != 0) return NOT_MATMUL;
     const char *p = name + 4;
-    if (*p < '0' || *p > '9') return false;
+    if (*p < '0' || *p > '9') return NOT_MATMUL;
     while (*p >= '0' && *p <= '9') p++;
-    if (*p++ != '.') return false;
+    if (*p++ != '.') return NOT_MATMUL;
     for (size_t i = 0; i < HX_COUNTOF(layer_matmuls); i++) {
         const size_t n = strlen(layer_matmuls[i]);
-        if (strncmp(p, layer_matmuls[i], n) == 0 && strcmp(p + n, ".weight") == 0) return true;
+        if (strncmp(p, layer_matmuls[i], n) == 0 && strcmp(p + n, ".weight") == 0)
+            return LAYER_MATMUL;
     }
-    return false;
+    for (size_t i = 0; i < HX_COUNTOF(expert_matmuls); i++) {
+        const size_t n = strlen(expert_matmuls[i]);
+        if (strncmp(p, expert_matmuls[i], n) != 0) continue;
+        const char *q = p + n;
+        if (strcmp(q, "_exps.weight") == 0) return EXPERT_MATMUL;
+        if (*q++ != '.' || *q < '0' || *q > '9') continue;
+        while (*q >= '0' && *q <= '9') q++;
+        if (strcmp(q, ".weight") == 0) return EXPERT_MATMUL;
+    }
+    return NOT_MATMUL;
 }
 
-/* The bytes of the CPU backend's repacked copy of t (cpu_weight), or 0 when it keeps t as is. */
+/* The bytes of the CPU backend's repacked copy of t (cpu_weight), or 0 when it keeps t as is.
+ * A stacked expert tensor [n_expert, rows, cols] is repacked expert by expert. */
 static uint64_t packed_bytes(const fit_model *fm, const hx_tensor *t)
 {
     if (!fm->repack || t->n_dims < 2 || !hx_pack_supported(t->dtype, t->shape[t->n_dims - 1]))
         return 0;
-    const hx_wmat wm = hx_wmat_from_tensor(t);
+    hx_tensor one = *t;
+    uint64_t  copies = 1;
+    if (t->n_dims == 3) {
+        copies = (uint64_t)t->shape[0];
+        one.n_dims = 2;
+        one.shape[0] = t->shape[1];
+        one.shape[1] = t->shape[2];
+    }
+    const hx_wmat wm = hx_wmat_from_tensor(&one);
     hx_packed p;
-    return hx_pack_layout(&p, &wm);
+    return copies * hx_pack_layout(&p, &wm);
 }
 
 /* Adds t's bytes in the mapping (MLX: its scales and biases too) to the spans. */
@@ -197,11 +223,16 @@ static hx_status weights(const hx_model_files *mf, fit_model *fm, hx_err *err)
         const hx_tensor_info *ti = &mf->tensors[i];
         const hx_tensor *t = &ti->t;
         const bool is_output = ti == output || (!output && ti == embd);
-        const bool matmul = is_output || is_layer_matmul(ti->name);
+        const matmul_kind kind = layer_matmul_kind(ti->name);
+        const bool matmul = is_output || kind != NOT_MATMUL;
         const uint64_t pk = matmul ? packed_bytes(fm, t) : 0;
+        /* Of an expert's weights a decode step reads its share: n_used of n_expert. */
+        const double share = kind == EXPERT_MATMUL && fm->hp->n_expert > 0
+                                 ? (double)fm->hp->n_expert_used / fm->hp->n_expert
+                                 : 1.0;
         if (pk) {
             packed += pk;
-            read += pk;
+            read += (uint64_t)(pk * share);
             span one = {(uintptr_t)t->data, (uintptr_t)t->data + t->n_bytes};
             const uint64_t file_pages = span_pages(&one, fm->page);
             if (file_pages > largest) largest = file_pages;
@@ -209,7 +240,7 @@ static hx_status weights(const hx_model_files *mf, fit_model *fm, hx_err *err)
             /* looked up by rows: the embed term */
         } else {
             n = add_spans(t, s, n);
-            read += hx_tensor_data_bytes(t);
+            read += (uint64_t)(hx_tensor_data_bytes(t) * share);
         }
     }
     /* The bytes before each file's first tensor: the header and metadata the loader parses. */
@@ -259,6 +290,13 @@ static void llm_scratch(const hx_hparams *hp, int64_t T, int32_t n_batch, uint64
      * prefill step writes every row of each. */
     const uint64_t dq = d > qd ? d : qd;
     const uint64_t rows = t * f * (d + 2 * dq + 2 * kvd + 2 * (uint64_t)hp->d_ff);
+    /* Mixture of experts: the router's logits and the moe op's work buffer (hx_llm_open). */
+    const int64_t d_ff_moe = hp->d_ff_exp > hp->d_ff_shexp ? hp->d_ff_exp : hp->d_ff_shexp;
+    const uint64_t moe = hp->n_expert > 0
+                             ? t * (uint64_t)hp->n_expert * f +
+                                   (uint64_t)hx_moe_work_floats(T, (int64_t)d, d_ff_moe,
+                                                                hp->n_expert_used, hp->n_expert) * f
+                             : 0;
     /* The RoPE tables (two for Gemma 3) and the f32 (1 + w) norm copies of Gemma's Hugging Face
      * files: four d_model norms and two d_head ones per layer, and the output norm. */
     const uint64_t folded = hp->norm_plus_one
@@ -266,12 +304,15 @@ static void llm_scratch(const hx_hparams *hp, int64_t T, int32_t n_batch, uint64
                                 : 0;
     const uint64_t fixed = sizeof(hx_llm) + (uint64_t)hp->n_layer * sizeof(hx_layer) +
                            (hp->rope_theta_swa > 0 ? 2 : 1) * (uint64_t)hp->d_head / 2 * f +
-                           folded;
+                           folded +
+                           /* the expert arrays: a pointer and a view per expert weight */
+                           (uint64_t)hp->n_layer * 3 * (uint64_t)(hp->n_expert > 0 ? hp->n_expert : 0) *
+                               (sizeof(hx_tensor *) + sizeof(hx_tensor));
     /* logits [T, n_vocab]: only the rows whose logits are asked for are written - one per
      * sequence in a step. */
     const uint64_t logit_rows = (uint64_t)(n_batch < T ? n_batch : T);
-    *reserved = rows + fixed + t * (uint64_t)hp->n_vocab * f;
-    *touched = rows + fixed + logit_rows * (uint64_t)hp->n_vocab * f;
+    *reserved = rows + moe + fixed + t * (uint64_t)hp->n_vocab * f;
+    *touched = rows + moe + fixed + logit_rows * (uint64_t)hp->n_vocab * f;
 }
 
 /* cpu_reserve's buffers for steps of T rows of up to `widest` floats, and what matmuls write of
@@ -282,6 +323,8 @@ static void backend_scratch(const hx_hparams *hp, int64_t T, int32_t n_threads, 
     const int64_t d = hp->d_model, qd = (int64_t)hp->n_head * hp->d_head;
     int64_t n_in = d > qd ? d : qd; /* the widest matmul input */
     if (hp->d_ff > n_in) n_in = hp->d_ff;
+    if (hp->n_expert > 0 && hp->d_ff_exp > n_in) n_in = hp->d_ff_exp;
+    if (hp->n_expert > 0 && hp->d_ff_shexp > n_in) n_in = hp->d_ff_shexp;
     const int64_t widest = n_in > hp->n_vocab ? n_in : hp->n_vocab; /* hx_llm_open's reserve */
     const int64_t act_n = (widest + HX_ACT_BLOCK - 1) / HX_ACT_BLOCK * HX_ACT_BLOCK;
     const int64_t in_n = (n_in + HX_ACT_BLOCK - 1) / HX_ACT_BLOCK * HX_ACT_BLOCK;

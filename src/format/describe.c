@@ -39,6 +39,9 @@ static json_t *hparams_json(const hx_hparams *hp)
     if (hp->n_expert > 0) {
         json_object_set_new(o, "n_expert", json_integer(hp->n_expert));
         json_object_set_new(o, "n_expert_used", json_integer(hp->n_expert_used));
+        json_object_set_new(o, "d_ff_exp", json_integer(hp->d_ff_exp));
+        if (hp->d_ff_shexp > 0) json_object_set_new(o, "d_ff_shexp", json_integer(hp->d_ff_shexp));
+        json_object_set_new(o, "moe_norm_topk", json_boolean(hp->moe_norm_topk));
     }
     /* Gemma 2/3 and Phi-3 (present only where they differ from the Llama defaults). */
     if (hp->n_rot > 0) json_object_set_new(o, "n_rot", json_integer(hp->n_rot));

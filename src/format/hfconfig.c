@@ -260,6 +260,15 @@ hx_status hx_hfconfig_load(const char *path, hx_hfconfig *cfg, hx_err *err)
     if ((st = get_int(root, text, path, "num_experts_per_tok", false, 0, &hp->n_expert_used,
                       err)))
         goto fail;
+    /* Mixtral and OLMoE give the experts' width as intermediate_size; the Qwen MoE families
+     * as moe_intermediate_size (intermediate_size is then their dense layers'). */
+    if ((st = get_int(root, text, path, "moe_intermediate_size", false, hp->d_ff, &hp->d_ff_exp,
+                      err)) ||
+        (st = get_int(root, text, path, "shared_expert_intermediate_size", false, 0,
+                      &hp->d_ff_shexp, err)))
+        goto fail;
+    json_t *ntp = field(root, text, "norm_topk_prob");
+    hp->moe_norm_topk = strcmp(arch, "mixtral") == 0 || (ntp && json_is_true(ntp));
 
     json_t *theta = field(root, text, "rope_theta");
     hp->rope_theta = theta && json_is_number(theta) ? (float)json_number_value(theta) : 10000.0f;
@@ -268,7 +277,8 @@ hx_status hx_hfconfig_load(const char *path, hx_hfconfig *cfg, hx_err *err)
     hp->norm_eps = eps && json_is_number(eps) ? (float)json_number_value(eps) : 1e-6f;
     hp->rope_layout = HX_ROPE_HALVES; /* Hugging Face checkpoints rotate halves */
     json_t *ab = field(root, text, "attention_bias");
-    hp->attn_bias = (ab && json_is_true(ab)) || strcmp(arch, "qwen2") == 0;
+    hp->attn_bias = (ab && json_is_true(ab)) || strcmp(arch, "qwen2") == 0 ||
+                    strcmp(arch, "qwen2moe") == 0;
     /* Newer transformers write rope_parameters: {rope_type, rope_theta, partial_rotary_factor,
      * and the scaling's fields} (Gemma 3: one such object per layer type, read_gemma). */
     json_t *rs = field(root, text, "rope_scaling");

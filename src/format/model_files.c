@@ -19,6 +19,7 @@
 #include "base/alloc.h"
 #include "base/path.h"
 #include "format/hfconfig.h"
+#include "format/hub.h"
 #include "format/names.h"
 
 /* ---- small helpers ---- */
@@ -98,6 +99,13 @@ static void gguf_arch_f32(const hx_gguf *g, const char *arch, const char *key, f
     if (hx_gguf_get_f64(g, full, &v)) *out = (float)v;
 }
 
+static void gguf_arch_bool(const hx_gguf *g, const char *arch, const char *key, bool *out)
+{
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    (void)hx_gguf_get_bool(g, full, out);
+}
+
 static char *gguf_strdup(const hx_gguf *g, const char *key)
 {
     hx_gguf_str s;
@@ -166,6 +174,82 @@ static hx_status gguf_family_hparams(const hx_gguf *g, const char *ga, const cha
     return HX_OK;
 }
 
+/* Adds the tensors of g, which is file `file` of the model. */
+static hx_status push_gguf_tensors(hx_model_files *mf, const hx_gguf *g, int32_t file,
+                                   int64_t *cap, hx_err *err)
+{
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const hx_gguf_tensor *gt = &g->tensors[i];
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(gt->name.len < 255 ? gt->name.len : 255),
+                 gt->name.ptr);
+        int dt = dtype_from_ggml(gt->ggml_type);
+        if (dt < 0)
+            return hx_err_set(err, HX_E_UNSUPPORTED,
+                              "%s: unsupported quantization type %s in tensor %s (supported: F32, "
+                              "F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K)",
+                              g->path, hx_gguf_type_name(gt->ggml_type), name);
+        hx_tensor t = {.dtype = (hx_dtype)dt, .n_dims = (int32_t)gt->n_dims,
+                       .data = gt->data, .n_bytes = (size_t)gt->n_bytes};
+        for (uint32_t d = 0; d < gt->n_dims; d++) t.shape[d] = (int64_t)gt->ne[gt->n_dims - 1 - d];
+        hx_status st = push_tensor(mf, cap, name, name, &t, file, g->data_offset + gt->offset, err);
+        if (st != HX_OK) return st;
+    }
+    return HX_OK;
+}
+
+/* A GGUF split by llama.cpp's gguf-split: NAME-0000k-of-0000n.gguf, part 1 holding the metadata
+ * and each part some tensors, every part saying split.no (0-based) and split.count. Opens parts
+ * 2..n beside path (part 1, already read) and adds their tensors. */
+static hx_status open_gguf_parts(hx_model_files *mf, const char *path, uint64_t n_parts,
+                                 int64_t *cap, hx_err *err)
+{
+    uint64_t no = 0, want_tensors = 0;
+    int      part = 0, n_named = 0;
+    size_t   stem = 0;
+    (void)hx_gguf_get_u64(mf->gguf, "split.no", &no);
+    if (!hx_hub_gguf_split(path, &part, &n_named, &stem) || (uint64_t)n_named != n_parts ||
+        n_parts > 9999)
+        return hx_err_set(err, HX_E_FORMAT, "%s: a split GGUF of %llu parts must be named "
+                          "NAME-00001-of-%05llu.gguf so its other parts can be found", path,
+                          (unsigned long long)n_parts, (unsigned long long)n_parts);
+    if (no != 0 || part != 1)
+        return hx_err_set(err, HX_E_FORMAT, "%s is part %d of a split GGUF: open its first part "
+                          "(%.*s-00001-of-%05d.gguf)", path, part, (int)stem, path, n_named);
+    mf->gguf_parts = hx_calloc((size_t)n_parts - 1, sizeof *mf->gguf_parts);
+    char **paths = hx_realloc(mf->file_paths, (size_t)n_parts * sizeof *paths);
+    if (!mf->gguf_parts || !paths) return hx_err_set(err, HX_E_NOMEM, "%s: out of memory", path);
+    mf->file_paths = paths;
+    for (uint64_t k = 2; k <= n_parts; k++) {
+        char  *pp = hx_alloc(stem + 32);
+        if (!pp) return hx_err_set(err, HX_E_NOMEM, "%s: out of memory", path);
+        snprintf(pp, stem + 32, "%.*s-%05d-of-%05d.gguf", (int)stem, path, (int)k, (int)n_parts);
+        mf->file_paths[mf->n_files++] = pp;
+        if (!hx_path_is_file(pp)) /* the model was found; one of its files is not */
+            return hx_err_set(err, HX_E_FORMAT, "%s: part %d of this split GGUF is missing (%s)",
+                              path, (int)k, pp);
+        hx_status st = hx_gguf_open(pp, &mf->gguf_parts[k - 2], err);
+        if (st != HX_OK) return st;
+        mf->n_gguf_parts++;
+        const hx_gguf *g = mf->gguf_parts[k - 2];
+        uint64_t gno = UINT64_MAX, gcount = 0;
+        (void)hx_gguf_get_u64(g, "split.no", &gno);
+        (void)hx_gguf_get_u64(g, "split.count", &gcount);
+        if (gno != k - 1 || gcount != n_parts)
+            return hx_err_set(err, HX_E_FORMAT, "%s: split.no %lld of split.count %lld, expected "
+                              "part %llu of %llu", pp, gno == UINT64_MAX ? -1LL : (long long)gno,
+                              (long long)gcount, (unsigned long long)k - 1,
+                              (unsigned long long)n_parts);
+        if ((st = push_gguf_tensors(mf, g, (int32_t)k - 1, cap, err)) != HX_OK) return st;
+    }
+    if (hx_gguf_get_u64(mf->gguf, "split.tensors.count", &want_tensors) &&
+        want_tensors != (uint64_t)mf->n_tensors)
+        return hx_err_set(err, HX_E_FORMAT, "%s: split.tensors.count is %llu but the %llu parts "
+                          "hold %lld tensors", path, (unsigned long long)want_tensors,
+                          (unsigned long long)n_parts, (long long)mf->n_tensors);
+    return HX_OK;
+}
+
 static hx_status open_gguf(hx_model_files *mf, const char *path, hx_err *err)
 {
     hx_status st = hx_gguf_open(path, &mf->gguf, err);
@@ -178,6 +262,11 @@ static hx_status open_gguf(hx_model_files *mf, const char *path, hx_err *err)
     if (!mf->file_paths || !(mf->file_paths[0] = hx_strdup(path)))
         return hx_err_set(err, HX_E_NOMEM, "%s: out of memory", path);
 
+    uint64_t split_no = 0;
+    if (hx_gguf_get_u64(g, "split.no", &split_no) && split_no > 0)
+        return hx_err_set(err, HX_E_FORMAT, "%s is part %llu of a split GGUF: open its first part "
+                          "(NAME-00001-of-N.gguf), which holds the metadata", path,
+                          (unsigned long long)split_no + 1);
     hx_gguf_str ga;
     if (!hx_gguf_get_str(g, "general.architecture", &ga))
         return hx_err_set(err, HX_E_FORMAT, "%s: missing metadata key general.architecture", path);
@@ -202,6 +291,15 @@ static hx_status open_gguf(hx_model_files *mf, const char *path, hx_err *err)
     gguf_arch_u32(g, gguf_arch, "attention.sliding_window", &hp->sliding_window);
     gguf_arch_u32(g, gguf_arch, "expert_count", &hp->n_expert);
     gguf_arch_u32(g, gguf_arch, "expert_used_count", &hp->n_expert_used);
+    gguf_arch_u32(g, gguf_arch, "expert_feed_forward_length", &hp->d_ff_exp);
+    gguf_arch_u32(g, gguf_arch, "expert_shared_feed_forward_length", &hp->d_ff_shexp);
+    if (hp->d_ff_exp <= 0) hp->d_ff_exp = hp->d_ff;
+    /* llama.cpp renormalises the chosen experts' weights for Mixtral (stored as llama) and
+     * Qwen3-MoE, not for OLMoE or Qwen2-MoE, unless the file says otherwise. */
+    hp->moe_norm_topk = strcmp(arch, "llama") == 0 || strcmp(arch, "qwen3moe") == 0;
+    if (strcmp(arch, "llama") == 0 && hp->n_expert > 0) /* how llama.cpp stores Mixtral */
+        snprintf(hp->arch, sizeof hp->arch, "mixtral");
+    gguf_arch_bool(g, gguf_arch, "expert_weights_norm", &hp->moe_norm_topk);
     hp->rope_theta = 10000.0f;
     gguf_arch_f32(g, gguf_arch, "rope.freq_base", &hp->rope_theta);
     hp->norm_eps = 1e-5f;
@@ -239,23 +337,10 @@ static hx_status open_gguf(hx_model_files *mf, const char *path, hx_err *err)
         return hx_err_set(err, HX_E_NOMEM, "%s: out of memory", path);
 
     int64_t cap = 0;
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        const hx_gguf_tensor *gt = &g->tensors[i];
-        char name[256];
-        snprintf(name, sizeof name, "%.*s", (int)(gt->name.len < 255 ? gt->name.len : 255),
-                 gt->name.ptr);
-        int dt = dtype_from_ggml(gt->ggml_type);
-        if (dt < 0)
-            return hx_err_set(err, HX_E_UNSUPPORTED,
-                              "%s: unsupported quantization type %s in tensor %s (supported: F32, "
-                              "F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K)",
-                              path, hx_gguf_type_name(gt->ggml_type), name);
-        hx_tensor t = {.dtype = (hx_dtype)dt, .n_dims = (int32_t)gt->n_dims,
-                       .data = gt->data, .n_bytes = (size_t)gt->n_bytes};
-        for (uint32_t d = 0; d < gt->n_dims; d++) t.shape[d] = (int64_t)gt->ne[gt->n_dims - 1 - d];
-        st = push_tensor(mf, &cap, name, name, &t, 0, g->data_offset + gt->offset, err);
-        if (st != HX_OK) return st;
-    }
+    if ((st = push_gguf_tensors(mf, g, 0, &cap, err)) != HX_OK) return st;
+    uint64_t n_parts = 0;
+    if (hx_gguf_get_u64(g, "split.count", &n_parts) && n_parts > 1)
+        return open_gguf_parts(mf, path, n_parts, &cap, err);
     return HX_OK;
 }
 
@@ -619,17 +704,39 @@ static hx_status finish(hx_model_files *mf, hx_err *err)
 
 /* ---- front door ---- */
 
-/* A folder with no config.json but exactly one .gguf file opens that file. */
+/* A folder with no config.json but exactly one .gguf file, or only the parts of one split GGUF,
+ * opens that file (the first part). */
 static char *single_gguf_in(const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d) return NULL;
-    char *found = NULL;
-    int n = 0;
+    char *found = NULL, *first = NULL;
+    int n = 0, n_same = 0;
+    size_t stem = 0;
     struct dirent *e;
-    while ((e = readdir(d)))
-        if (hx_str_ends_with(e->d_name, ".gguf") && n++ == 0) found = hx_path_join(dir, e->d_name);
+    while ((e = readdir(d))) {
+        if (!hx_str_ends_with(e->d_name, ".gguf")) continue;
+        int part, count;
+        if (n++ == 0) found = hx_path_join(dir, e->d_name);
+        if (!first && hx_hub_gguf_split(e->d_name, &part, &count, &stem) && part == 1)
+            first = hx_path_join(dir, e->d_name);
+    }
+    if (first) { /* every .gguf here a part of first's split (opening it finds a missing one) */
+        const char *fb = strrchr(first, '/') + 1;
+        rewinddir(d);
+        while ((e = readdir(d))) {
+            int part, count;
+            size_t st;
+            n_same += hx_hub_gguf_split(e->d_name, &part, &count, &st) && st == stem &&
+                      strncmp(e->d_name, fb, stem) == 0;
+        }
+    }
     closedir(d);
+    if (n > 1 && first && n_same == n) {
+        hx_free(found);
+        return first;
+    }
+    hx_free(first);
     if (n != 1 || !found) { /* none, several, or out of memory: not opened as a GGUF */
         hx_free(found);
         return NULL;
@@ -688,6 +795,8 @@ void hx_model_files_close(hx_model_files *mf)
     hx_free(mf->shards);
     hx_free(mf->file_paths);
     hx_gguf_close(mf->gguf);
+    for (int32_t i = 0; i < mf->n_gguf_parts; i++) hx_gguf_close(mf->gguf_parts[i]);
+    hx_free(mf->gguf_parts);
     hx_free(mf->tokenizer_kind);
     hx_free(mf->tokenizer_json);
     hx_free(mf->chat_template);
@@ -701,6 +810,8 @@ void hx_model_files_close(hx_model_files *mf)
 void hx_model_files_drop(const hx_model_files *mf, const hx_tensor *t)
 {
     if (mf->gguf) hx_map_drop(&mf->gguf->map, t->data, t->n_bytes);
+    for (int32_t i = 0; i < mf->n_gguf_parts; i++)
+        hx_map_drop(&mf->gguf_parts[i]->map, t->data, t->n_bytes);
     for (int32_t f = 0; mf->shards && f < mf->n_files; f++)
         if (mf->shards[f]) hx_map_drop(&mf->shards[f]->map, t->data, t->n_bytes);
 }

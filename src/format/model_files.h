@@ -57,6 +57,10 @@ typedef struct {
     float                yarn_beta_fast, yarn_beta_slow; /* yarn; 0 = family default */
     int32_t              sliding_window;        /* 0: none */
     int32_t              n_expert, n_expert_used; /* MoE; 0 for dense models */
+    int32_t              d_ff_exp;              /* MoE: each expert's MLP width (d_ff: the
+                                                   dense layers', where a family has both) */
+    int32_t              d_ff_shexp;            /* MoE: the shared expert's width; 0: none */
+    bool                 moe_norm_topk;         /* MoE: chosen experts' weights renormalised */
     bool                 tie_embeddings;        /* no output.weight: logits use token_embd */
     bool                 qk_norm;               /* per-head RMSNorm on q and k (Qwen3) */
     bool                 attn_bias;             /* q/k/v projections carry biases (Qwen2) */
@@ -108,7 +112,9 @@ typedef struct hx_model_files {
     int32_t         n_files;
     char          **file_paths;     /* the data files, owned */
     /* Format-specific parses, kept for their mappings and metadata. */
-    hx_gguf        *gguf;           /* GGUF only */
+    hx_gguf        *gguf;           /* GGUF only (the first part of a split file) */
+    hx_gguf       **gguf_parts;     /* a split GGUF's parts 2..n (file_index 1..n-1), owned */
+    int32_t         n_gguf_parts;
     hx_safetensors **shards;        /* safetensors/MLX: n_files entries */
     /* Tokenizer and chat template sources. */
     char           *tokenizer_kind; /* GGUF tokenizer.ggml.model ("gpt2", "llama") or NULL */

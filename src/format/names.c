@@ -104,6 +104,13 @@ static const name_pair layer_names[] = {
     {"mlp.shared_expert.up_proj",         "ffn_up_shexp"},
     {"mlp.shared_expert.down_proj",       "ffn_down_shexp"},
     {"mlp.shared_expert_gate",            "ffn_gate_inp_shexp"},
+    /* MoE experts stacked in one tensor, as mlx_lm saves them (and GGUF stores them) */
+    {"block_sparse_moe.switch_mlp.gate_proj", "ffn_gate_exps"},
+    {"block_sparse_moe.switch_mlp.up_proj",   "ffn_up_exps"},
+    {"block_sparse_moe.switch_mlp.down_proj", "ffn_down_exps"},
+    {"mlp.switch_mlp.gate_proj",          "ffn_gate_exps"},
+    {"mlp.switch_mlp.up_proj",            "ffn_up_exps"},
+    {"mlp.switch_mlp.down_proj",          "ffn_down_exps"},
     {"pre_feedforward_layernorm",         "ffn_norm"},
     {"post_feedforward_layernorm",        "post_ffw_norm"},
 };

@@ -1,12 +1,14 @@
-/* llama.c - the transformer forward pass shared by every dense family: Llama (Llama 2/3.x,
- * SmolLM2, Mistral, Qwen2, Qwen3), Gemma 2/3 and Phi-3.
+/* llama.c - the transformer forward pass shared by every family: Llama (Llama 2/3.x, SmolLM2,
+ * Mistral, Qwen2, Qwen3), Gemma 2/3, Phi-3 and the mixtures of experts (Mixtral, Qwen2-MoE,
+ * Qwen3-MoE, OLMoE).
  *
  * One block: h = rmsnorm(x); q,k,v = h Wq,Wk,Wv (+ biases for Qwen2); per-head RMSNorm of q and k
- * (Qwen3, Gemma 3); rope(q, k) (partial for Phi-3; Gemma 3's sliding layers have their own
+ * (Qwen3, Gemma 3), or over the whole projection (OLMoE); rope(q, k) (partial for Phi-3; Gemma 3's sliding layers have their own
  * base); store k, v in the paged cache; o = attention(q, cache) Wo (sliding window per layer,
  * Gemma 2's score soft-capping); Gemma: o = rmsnorm(o); x += o; h = rmsnorm(x);
  * m = (act(h Wg) * h Wu) Wd with act silu, or gelu_tanh for Gemma; Gemma: m = rmsnorm(m);
- * x += m. Gemma scales the embeddings by sqrt(d_model) and Gemma 2 soft-caps the logits. After
+ * x += m. A mixture-of-experts layer replaces m by the backend's moe op over the router's
+ * logits (h Wr): each row through its top-k experts, weighted. Gemma scales the embeddings by sqrt(d_model) and Gemma 2 soft-caps the logits. After
  * the last block, rmsnorm and the output projection (the token embedding when tied) for the
  * requested rows only. The per-family differences are data (hx_hparams, optional tensors of
  * hx_layer), switched on here; family.c binds what only some families have (fused weights,
@@ -23,8 +25,9 @@
 
 #define HX_PI 3.14159265358979323846
 
-static const char *const families[] = {"llama", "mistral", "qwen2",  "qwen3",
-                                       "gemma2", "gemma3", "phi3", NULL};
+static const char *const families[] = {"llama",  "mistral", "qwen2",    "qwen3",    "gemma2",
+                                       "gemma3", "phi3",    "mixtral", "qwen2moe", "qwen3moe",
+                                       "olmoe",  NULL};
 
 const char *const *hx_llm_architectures(void)
 {
@@ -129,6 +132,7 @@ void hx_rope_init(const hx_hparams *hp, int32_t n_rot, const hx_tensor *freq_fac
  * embedding lookup keeps the file's tensor even when the output projection shares it. */
 static hx_status prepare(const hx_llm *m, const hx_tensor **slot, hx_err *err)
 {
+    if (!*slot) return HX_OK; /* the dense MLP of a mixture-of-experts layer */
     const hx_tensor *t = m->be->weight(m->be, *slot, err);
     if (!t) return HX_E_NOMEM;
     if (t != *slot) hx_model_files_drop(m->mf, *slot); /* read once; the copy is used now */
@@ -136,14 +140,44 @@ static hx_status prepare(const hx_llm *m, const hx_tensor **slot, hx_err *err)
     return HX_OK;
 }
 
+/* The matmul weights of layer L's mixture of experts: the router, the shared expert and each
+ * expert's three (n at most 4 + 3 * n_expert). */
+static size_t moe_matmuls(hx_layer *L, const hx_tensor ***ws)
+{
+    if (!L->router) return 0;
+    size_t n = 0;
+    ws[n++] = &L->router;
+    ws[n++] = &L->moe.sh_gate;
+    ws[n++] = &L->moe.sh_up;
+    ws[n++] = &L->moe.sh_down;
+    for (int32_t e = 0; e < L->moe.n_expert; e++) {
+        ws[n++] = &L->moe.gate[e];
+        ws[n++] = &L->moe.up[e];
+        ws[n++] = &L->moe.down[e];
+    }
+    return n;
+}
+
 static hx_status prepare_weights(hx_llm *m, hx_err *err)
 {
-    for (int i = 0; i < m->hp.n_layer; i++) {
+    const hx_tensor ***ex = m->hp.n_expert > 0
+                                ? hx_alloc((4 + 3 * (size_t)m->hp.n_expert) * sizeof *ex)
+                                : NULL;
+    if (m->hp.n_expert > 0 && !ex) return hx_err_set(err, HX_E_NOMEM, "out of memory");
+    hx_status st = HX_OK;
+    for (int i = 0; i < m->hp.n_layer && st == HX_OK; i++) {
         const hx_tensor **ws[] = LAYER_MATMULS(&m->layers[i]);
-        for (size_t j = 0; j < HX_COUNTOF(ws); j++)
-            if (prepare(m, ws[j], err) != HX_OK) return HX_E_NOMEM;
+        for (size_t j = 0; j < HX_COUNTOF(ws) && st == HX_OK; j++) st = prepare(m, ws[j], err);
+        const size_t n = ex ? moe_matmuls(&m->layers[i], ex) : 0;
+        for (size_t j = 0; j < n && st == HX_OK; j++) st = prepare(m, ex[j], err);
     }
-    return prepare(m, &m->output, err);
+    hx_free(ex);
+    return st != HX_OK ? st : prepare(m, &m->output, err);
+}
+
+static void release(const hx_llm *m, const hx_tensor *t)
+{
+    if (t && t->prepared) m->be->weight_release(m->be, t);
 }
 
 /* Gives back the prepared copies (those the backend made; file tensors have none). */
@@ -151,11 +185,21 @@ static void release_weights(hx_llm *m)
 {
     if (!m->layers) return;
     for (int i = 0; i < m->hp.n_layer; i++) {
-        const hx_tensor **ws[] = LAYER_MATMULS(&m->layers[i]);
-        for (size_t j = 0; j < HX_COUNTOF(ws); j++)
-            if (*ws[j] && (*ws[j])->prepared) m->be->weight_release(m->be, *ws[j]);
+        hx_layer         *L = &m->layers[i];
+        const hx_tensor **ws[] = LAYER_MATMULS(L);
+        for (size_t j = 0; j < HX_COUNTOF(ws); j++) release(m, *ws[j]);
+        if (!L->router) continue;
+        release(m, L->router);
+        release(m, L->moe.sh_gate);
+        release(m, L->moe.sh_up);
+        release(m, L->moe.sh_down);
+        for (int32_t e = 0; e < L->moe.n_expert && L->moe.gate; e++) {
+            release(m, L->moe.gate[e]);
+            release(m, L->moe.up[e]);
+            release(m, L->moe.down[e]);
+        }
     }
-    if (m->output && m->output->prepared) m->be->weight_release(m->be, m->output);
+    release(m, m->output);
 }
 
 /* The family switches that are not in the files' tensors: Gemma's embedding scale and GeGLU. */
@@ -169,7 +213,7 @@ static bool is_gemma(const char *arch)
 static hx_status bind_layer(hx_llm *m, int i, hx_err *err)
 {
     const hx_model_files *mf = m->mf;
-    const hx_hparams *hp = &m->hp;
+    const hx_hparams *hp = &m->hp; /* bind_experts may complete hp->d_ff_shexp */
     hx_layer *L = &m->layers[i];
     const bool gemma = is_gemma(hp->arch);
     const int64_t d = hp->d_model, qd = (int64_t)hp->n_head * hp->d_head,
@@ -186,29 +230,48 @@ static hx_status bind_layer(hx_llm *m, int i, hx_err *err)
         (st = bind(mf, i, "attn_q_norm", "weight", false, &L->q_norm, err)) ||
         (st = bind(mf, i, "attn_k_norm", "weight", false, &L->k_norm, err)) ||
         (st = bind(mf, i, "ffn_norm", "weight", true, &L->ffn_norm, err)) ||
-        (st = bind(mf, i, "ffn_gate", "weight", false, &L->w_gate, err)) ||
-        (st = bind(mf, i, "ffn_up", "weight", true, &L->w_up, err)) ||
-        (st = bind(mf, i, "ffn_down", "weight", true, &L->w_down, err)) ||
+        (st = bind(mf, i, "ffn_gate_inp", "weight", false, &L->router, err)))
+        return st;
+    /* A mixture-of-experts layer has a router instead of the dense MLP (Qwen3-MoE may keep
+     * some layers dense). */
+    const bool dense = !(L->router && hp->n_expert > 0);
+    if ((st = bind(mf, i, "ffn_gate", "weight", false, &L->w_gate, err)) ||
+        (st = bind(mf, i, "ffn_up", "weight", dense, &L->w_up, err)) ||
+        (st = bind(mf, i, "ffn_down", "weight", dense, &L->w_down, err)) ||
         (st = bind(mf, i, "post_attention_norm", "weight", gemma, &L->post_attn_norm, err)) ||
         (st = bind(mf, i, "post_ffw_norm", "weight", gemma, &L->post_ffn_norm, err)) ||
         (st = hx_model_split_fused(m, i, L, err)))
         return st;
     const char *missing = !L->wq ? "attn_q" : !L->wk ? "attn_k" : !L->wv ? "attn_v"
-                          : !L->w_gate ? "ffn_gate" : NULL;
+                          : !L->w_gate && dense ? "ffn_gate" : NULL;
     if (missing)
         return hx_err_set(err, HX_E_FORMAT, "%s: missing tensor blk.%d.%s.weight", mf->path, i,
                           missing);
     if (!L->q_norm != !L->k_norm)
         return hx_err_set(err, HX_E_FORMAT, "%s: blk.%d has only one of attn_q_norm and "
                           "attn_k_norm", mf->path, i);
+    if (L->q_norm) { /* per head, or over the whole projection (OLMoE) */
+        const int64_t qn = hx_tensor_n_elems(L->q_norm), kn = hx_tensor_n_elems(L->k_norm);
+        L->qk_norm_full = qn == qd && kn == kvd && qd != hp->d_head;
+        if (!L->qk_norm_full && (qn != hp->d_head || kn != hp->d_head))
+            return hx_err_set(err, HX_E_FORMAT, "%s: blk.%d's attn_q_norm and attn_k_norm have "
+                              "%lld and %lld elements, expected %d each (per head) or %lld and "
+                              "%lld", mf->path, i, (long long)qn, (long long)kn, hp->d_head,
+                              (long long)qd, (long long)kvd);
+    }
     if ((st = check2(mf, L->wq, "attn_q", i, qd, d, err)) ||
         (st = check2(mf, L->wk, "attn_k", i, kvd, d, err)) ||
         (st = check2(mf, L->wv, "attn_v", i, kvd, d, err)) ||
-        (st = check2(mf, L->wo, "attn_output", i, d, qd, err)) ||
-        (st = check2(mf, L->w_gate, "ffn_gate", i, hp->d_ff, d, err)) ||
-        (st = check2(mf, L->w_up, "ffn_up", i, hp->d_ff, d, err)) ||
-        (st = check2(mf, L->w_down, "ffn_down", i, d, hp->d_ff, err)))
+        (st = check2(mf, L->wo, "attn_output", i, d, qd, err)))
         return st;
+    if (!dense) {
+        L->w_gate = L->w_up = L->w_down = NULL; /* a stray dense MLP is not run */
+        if ((st = hx_model_bind_experts(m, i, L, err))) return st;
+    } else if ((st = check2(mf, L->w_gate, "ffn_gate", i, hp->d_ff, d, err)) ||
+               (st = check2(mf, L->w_up, "ffn_up", i, hp->d_ff, d, err)) ||
+               (st = check2(mf, L->w_down, "ffn_down", i, d, hp->d_ff, err))) {
+        return st;
+    }
     L->window = hx_hparams_layer_window(hp, i);
     return HX_OK;
 }
@@ -224,11 +287,16 @@ hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok,
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
                  families[i]);
     }
-    if (!known || hp->n_expert > 0)
+    if (!known)
         return hx_err_set(err, HX_E_UNSUPPORTED,
-                          "%s: architecture '%s'%s has no forward pass yet (supported: %s)",
-                          mf->path, hp->arch, hp->n_expert > 0 ? " (mixture of experts)" : "",
-                          list);
+                          "%s: architecture '%s' has no forward pass yet (supported: %s)",
+                          mf->path, hp->arch, list);
+    if (hp->n_expert < 0 || hp->n_expert > 4096 ||
+        (hp->n_expert > 0 && (hp->n_expert_used < 1 || hp->n_expert_used > hp->n_expert ||
+                              hp->d_ff_exp < 1 || hp->d_ff_shexp < 0)))
+        return hx_err_set(err, HX_E_FORMAT,
+                          "%s: inconsistent mixture of experts (%d experts, %d per token, "
+                          "width %d)", mf->path, hp->n_expert, hp->n_expert_used, hp->d_ff_exp);
     if (max_tok < 1) return hx_err_set(err, HX_E_INVALID, "step size must be at least 1 row");
     hx_llm *m = hx_calloc(1, sizeof *m);
     if (!m) return hx_err_set(err, HX_E_NOMEM, "out of memory");
@@ -247,19 +315,22 @@ hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok,
         st = hx_err_set(err, HX_E_FORMAT, "%s: missing tensor output_norm.weight", mf->path);
         goto fail;
     }
-    if (!(m->layers = hx_calloc((size_t)hp->n_layer, sizeof *m->layers))) goto nomem;
-    for (int i = 0; i < hp->n_layer; i++)
-        if ((st = bind_layer(m, i, err)) != HX_OK) goto fail;
-    if (hp->norm_plus_one && (st = hx_model_fold_norms(m, err)) != HX_OK) goto fail;
     if (is_gemma(hp->arch)) {
         m->embed_scale = sqrtf((float)d); /* in the activation dtype, f32 */
         m->geglu = true;
     }
+    if (!(m->layers = hx_calloc((size_t)hp->n_layer, sizeof *m->layers))) goto nomem;
+    for (int i = 0; i < hp->n_layer; i++)
+        if ((st = bind_layer(m, i, err)) != HX_OK) goto fail;
+    if (hp->norm_plus_one && (st = hx_model_fold_norms(m, err)) != HX_OK) goto fail;
     if ((st = prepare_weights(m, err)) != HX_OK) goto fail;
     if ((st = hx_model_rope_setup(m, err)) != HX_OK) goto fail;
 
+    hp = &m->hp; /* binding the experts may have completed it */
+    const int64_t d_ff_moe = hp->d_ff_exp > hp->d_ff_shexp ? hp->d_ff_exp : hp->d_ff_shexp;
     int64_t widest = d > qd ? d : qd;
     if (hp->d_ff > widest) widest = hp->d_ff;
+    if (hp->n_expert > 0 && d_ff_moe > widest) widest = d_ff_moe;
     if (hp->n_vocab > widest) widest = hp->n_vocab;
     if ((st = be->reserve(be, widest, max_tok, err)) != HX_OK) goto fail;
     const size_t T = (size_t)max_tok, f = sizeof(float);
@@ -273,6 +344,12 @@ hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok,
     m->logits = be->alloc(be, T * (size_t)hp->n_vocab * f);
     if (!m->x || !m->h || !m->q || !m->k || !m->v || !m->gate || !m->up || !m->logits)
         goto nomem;
+    if (m->expert_w) {
+        m->router = be->alloc(be, T * (size_t)hp->n_expert * f);
+        m->moe_work = be->alloc(be, (size_t)hx_moe_work_floats(max_tok, d, d_ff_moe,
+                                                                hp->n_expert_used, hp->n_expert) * f);
+        if (!m->router || !m->moe_work) goto nomem;
+    }
     *out = m;
     return HX_OK;
 nomem:
@@ -286,13 +363,16 @@ void hx_llm_close(hx_llm *m)
 {
     if (!m) return;
     hx_backend *be = m->be;
-    float *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->gate, m->up, m->logits};
+    float *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->gate, m->up, m->logits, m->router,
+                     m->moe_work};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
     release_weights(m);
     hx_free(m->inv_freq);
     hx_free(m->inv_freq_swa);
     hx_free(m->folded);
+    hx_free(m->expert_w);
+    hx_free(m->expert_views);
     hx_free(m->layers);
     hx_free(m);
 }
@@ -328,7 +408,10 @@ hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, const hx_batch *b, float *l
         be->matmul(be, L->wq, L->bq, m->h, T, m->q);
         be->matmul(be, L->wk, L->bk, m->h, T, m->k);
         be->matmul(be, L->wv, L->bv, m->h, T, m->v);
-        if (L->q_norm) {
+        if (L->qk_norm_full) {
+            be->rmsnorm(be, m->q, L->q_norm, T, qd, hp->norm_eps, m->q);
+            be->rmsnorm(be, m->k, L->k_norm, T, kvd, hp->norm_eps, m->k);
+        } else if (L->q_norm) {
             be->rmsnorm(be, m->q, L->q_norm, T * hp->n_head, hp->d_head, hp->norm_eps, m->q);
             be->rmsnorm(be, m->k, L->k_norm, T * hp->n_kv_head, hp->d_head, hp->norm_eps, m->k);
         }
@@ -349,11 +432,16 @@ hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, const hx_batch *b, float *l
             be->rmsnorm(be, m->q, L->post_attn_norm, T, d, hp->norm_eps, m->q);
         be->add(be, m->x, m->q, T * d);
         be->rmsnorm(be, m->x, L->ffn_norm, T, d, hp->norm_eps, m->h);
-        be->matmul(be, L->w_gate, NULL, m->h, T, m->gate);
-        be->matmul(be, L->w_up, NULL, m->h, T, m->up);
-        if (m->geglu) be->geglu(be, m->gate, m->up, T * hp->d_ff, m->gate);
-        else be->swiglu(be, m->gate, m->up, T * hp->d_ff, m->gate);
-        be->matmul(be, L->w_down, NULL, m->gate, T, m->q);
+        if (L->router) {
+            be->matmul(be, L->router, NULL, m->h, T, m->router);
+            be->moe(be, &L->moe, m->router, m->h, T, d, m->moe_work, m->q);
+        } else {
+            be->matmul(be, L->w_gate, NULL, m->h, T, m->gate);
+            be->matmul(be, L->w_up, NULL, m->h, T, m->up);
+            if (m->geglu) be->geglu(be, m->gate, m->up, T * hp->d_ff, m->gate);
+            else be->swiglu(be, m->gate, m->up, T * hp->d_ff, m->gate);
+            be->matmul(be, L->w_down, NULL, m->gate, T, m->q);
+        }
         if (L->post_ffn_norm)
             be->rmsnorm(be, m->q, L->post_ffn_norm, T, d, hp->norm_eps, m->q);
         be->add(be, m->x, m->q, T * d);

@@ -17,11 +17,16 @@ typedef struct {
     const hx_tensor *attn_norm, *wq, *wk, *wv, *wo; /* wq: [n_head*d_head, d_model] ... */
     const hx_tensor *bq, *bk, *bv;                  /* NULL unless the family has biases */
     const hx_tensor *q_norm, *k_norm;               /* [d_head]; NULL unless qk-norm */
-    const hx_tensor *ffn_norm, *w_gate, *w_up, *w_down;
+    const hx_tensor *ffn_norm, *w_gate, *w_up, *w_down; /* NULL in a mixture-of-experts layer */
     /* Gemma 2/3: norms of the attention output and of the MLP output, before each is added to
      * the residual stream ([d_model]); NULL for the other families. */
     const hx_tensor *post_attn_norm, *post_ffn_norm;
+    bool             qk_norm_full; /* q_norm/k_norm span the whole projection (OLMoE) */
     int32_t          window;   /* sliding window of this layer; 0: full causal attention */
+    /* Mixture of experts: the router ([n_expert, d_model]; NULL in a dense layer) and the
+     * experts, whose weight arrays point into hx_llm.expert_w (family.c). */
+    const hx_tensor *router;
+    hx_moe           moe;
     /* Storage the pointers above may point into: row views of fused weights (Phi-3 attn_qkv
      * as q, k, v; ffn_up holding gate and up) and f32 (1 + w) copies of norms (Gemma in
      * Hugging Face files). */
@@ -54,6 +59,8 @@ typedef struct hx_llm {
     hx_rope               rope_swa;        /* Gemma 3's sliding layers (own base, unscaled) */
     float                 embed_scale;     /* embeddings *= this (Gemma: sqrt(d_model)); 0: none */
     bool                  geglu;           /* gelu_tanh gate (Gemma) instead of silu */
+    const hx_tensor     **expert_w;        /* owned: every MoE layer's expert weights */
+    hx_tensor            *expert_views;    /* owned: per-expert views of stacked tensors */
     int64_t               max_tok;
     /* one step's activations, backend memory */
     float *x;      /* [max_tok, d_model] residual stream */
@@ -61,6 +68,8 @@ typedef struct hx_llm {
     float *q, *k, *v; /* [max_tok, n_head*d_head], [max_tok, kv_dim] x2 */
     float *gate, *up; /* [max_tok, d_ff] */
     float *logits; /* [max_tok, n_vocab] */
+    float *router; /* [max_tok, n_expert] router logits; NULL for a dense model */
+    float *moe_work; /* hx_moe_work_floats of max_tok rows; NULL for a dense model */
 } hx_llm;
 
 /* The architectures with a forward pass, by the names hx_hparams.arch uses (GGUF

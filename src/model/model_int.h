@@ -2,7 +2,8 @@
  *
  * llama.c holds the one forward pass and the binding every family shares; family.c holds what
  * only some families need at load: row views of fused weights (Phi-3), (1 + w) norm copies
- * (Gemma in Hugging Face files) and the choice of RoPE tables (LongRoPE, Gemma 3's local base). */
+ * (Gemma in Hugging Face files), the choice of RoPE tables (LongRoPE, Gemma 3's local base) and
+ * the experts of mixture-of-experts layers. */
 #ifndef HX_MODEL_MODEL_INT_H
 #define HX_MODEL_MODEL_INT_H
 #include "model/model.h"
@@ -15,6 +16,14 @@ const hx_tensor *hx_model_get(const hx_model_files *mf, const char *name);
  * w_up (second). The views live in L->split. HX_E_FORMAT when a fused weight has the wrong
  * shape. */
 hx_status hx_model_split_fused(const hx_llm *m, int i, hx_layer *L, hx_err *err);
+
+/* Binds the mixture-of-experts tensors of layer i, whose router L->router is bound: each
+ * expert's gate, up and down weights, either stacked in one tensor per projection
+ * (blk.i.ffn_gate_exps, [n_expert, rows, cols], as GGUF and mlx_lm store them; each expert a
+ * row view) or one tensor per expert (blk.i.ffn_gate.E, Hugging Face), and the shared expert
+ * where the family has one. The weight arrays live in m->expert_w (allocated here on the first
+ * layer). HX_E_FORMAT naming a missing or misshapen tensor. */
+hx_status hx_model_bind_experts(hx_llm *m, int i, hx_layer *L, hx_err *err);
 
 /* Replaces every norm weight of m (layers and output) by an f32 copy holding 1 + w, for
  * hp.norm_plus_one; the copies live in m->folded. HX_E_NOMEM on allocation failure. */

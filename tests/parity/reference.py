@@ -19,6 +19,20 @@ modeling_phi3.py:
   Phi-3: fused qkv_proj and gate_up_proj (split as transformers does), partial rotary,
     LongRoPE (long factors when the sequence exceeds original_max_position_embeddings, cos and
     sin times the magnitude factor), a sliding window on every layer.
+and the mixture-of-experts families, written from transformers' modeling_mixtral.py,
+modeling_qwen2_moe.py, modeling_qwen3_moe.py and modeling_olmoe.py (and llama.cpp's graphs for
+their GGUF forms):
+  every MoE layer: router logits h @ gate.T, a softmax over all experts (float64), the top
+    num_experts_per_tok by probability (ties to the lower expert id), their probabilities
+    renormalised to sum to 1 where the family does (Mixtral always, the others per
+    norm_topk_prob; in GGUF: llama-with-experts and qwen3moe do, olmoe and qwen2moe do not),
+    out = sum_j w_j * down_e(silu(gate_e h) * up_e h). Experts load from per-expert Hugging
+    Face names (Mixtral's w1/w3/w2, the others' gate/up/down_proj), mlx_lm's stacked
+    switch_mlp tensors (dequantized) or GGUF's stacked ffn_*_exps tensors.
+  Qwen3-MoE: dense MLPs on mlp_only_layers (and off the decoder_sparse_step); Qwen3's q/k norms.
+  OLMoE: q/k RMSNorms over the whole projection, before the split into heads.
+  Qwen2-MoE: q/k/v biases, a shared expert added to every token's output, scaled by
+    sigmoid(h @ shared_expert_gate).
 
 usage as a library:
     m = load("model.gguf" | "hf_folder")
@@ -100,6 +114,14 @@ def _gguf_load(path):
             cfg.scaling = dict(type="longrope", long=w.pop("rope_factors_long.weight"),
                                short=w.pop("rope_factors_short.weight"), orig=orig,
                                attn_factor=a("rope.scaling.attn_factor"))
+    n_exp = a("expert_count", 0) or 0
+    if n_exp:
+        # llama.cpp's MoE graphs route in every layer; which renormalise the chosen weights is
+        # fixed per architecture (llama, i.e. Mixtral, and qwen3moe do), unless the file says.
+        cfg.n_expert, cfg.n_expert_used = n_exp, a("expert_used_count")
+        cfg.norm_topk = bool(a("expert_weights_norm", arch in ("llama", "qwen3moe")))
+        cfg.moe = [True] * cfg.n_layer
+    cfg.qk_norm_full = arch == "olmoe"
     _split_fused(cfg, w)
     return cfg, w
 
@@ -114,6 +136,10 @@ def _defaults(cfg):
     cfg.rope_theta_local = None
     cfg.n_rot = cfg.d_head
     cfg.norm_plus_one = False
+    cfg.n_expert = cfg.n_expert_used = 0
+    cfg.norm_topk = False
+    cfg.moe = [False] * cfg.n_layer  # which layers route over experts
+    cfg.qk_norm_full = False  # OLMoE: q/k norms over the whole projection
 
 
 def _split_fused(cfg, w):
@@ -163,7 +189,21 @@ HF_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
             "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",
             "pre_feedforward_layernorm": "ffn_norm",
-            "post_feedforward_layernorm": "post_ffw_norm"}
+            "post_feedforward_layernorm": "post_ffw_norm",
+            "block_sparse_moe.gate": "ffn_gate_inp", "mlp.gate": "ffn_gate_inp",
+            "block_sparse_moe.switch_mlp.gate_proj": "ffn_gate_exps",
+            "block_sparse_moe.switch_mlp.up_proj": "ffn_up_exps",
+            "block_sparse_moe.switch_mlp.down_proj": "ffn_down_exps",
+            "mlp.switch_mlp.gate_proj": "ffn_gate_exps", "mlp.switch_mlp.up_proj": "ffn_up_exps",
+            "mlp.switch_mlp.down_proj": "ffn_down_exps",
+            "mlp.shared_expert.gate_proj": "ffn_gate_shexp",
+            "mlp.shared_expert.up_proj": "ffn_up_shexp",
+            "mlp.shared_expert.down_proj": "ffn_down_shexp",
+            "mlp.shared_expert_gate": "ffn_gate_inp_shexp"}
+# One expert's matrix in Hugging Face's per-expert names: the stack it goes into.
+HF_EXPERT_NAMES = {"w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps",
+                   "gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps",
+                   "down_proj": "ffn_down_exps"}
 # Gemma's post_attention_layernorm follows attention; Llama's precedes the MLP.
 GEMMA_NAMES = dict(HF_NAMES, post_attention_layernorm="post_attention_norm")
 
@@ -182,6 +222,15 @@ def _hf_name(n, gemma=False):
     return n
 
 
+def _hf_expert(n):
+    """model.layers.L.(block_sparse_moe|mlp).experts.E.PROJ.weight -> (the name of layer L's
+    stacked [n_expert, out, in] tensor, E); (None, None) for any other name."""
+    parts = n.split(".")
+    if len(parts) == 8 and parts[:2] == ["model", "layers"] and parts[4] == "experts":
+        return f"blk.{parts[2]}.{HF_EXPERT_NAMES[parts[6]]}.{parts[7]}", int(parts[5])
+    return None, None
+
+
 def _hf_load(folder):
     c = json.load(open(os.path.join(folder, "config.json")))
     c = dict(c, **c.get("text_config", {}))
@@ -191,27 +240,38 @@ def _hf_load(folder):
         if f.endswith(".safetensors"):
             tensors.update(_st_read(os.path.join(folder, f)))
     q = c.get("quantization")
-    w = {}
+    w, experts = {}, {}
     for name, (dt, a) in tensors.items():
         if name.endswith(".scales") or name.endswith(".biases"):
             continue
         if dt == "U32" and q:
+            # MLX affine, along the last axis (of a matrix, or of each matrix of a 3-D stack of
+            # experts); a module's own {"bits", "group_size"} in "quantization" overrides the
+            # defaults (mlx_lm writes them for the MoE routers).
             stem = name[: -len(".weight")]
-            bits, group = q["bits"], q["group_size"]
+            own = q.get(stem) if isinstance(q.get(stem), dict) else {}
+            bits, group = own.get("bits", q["bits"]), own.get("group_size", q["group_size"])
             sdt, s = tensors[stem + ".scales"]
             _, b = tensors[stem + ".biases"]
             conv = (lambda x: _bf16_to_f32(x)) if sdt == "BF16" else (lambda x: x.astype(np.float32))
             s, b = conv(s).astype(np.float64), conv(b).astype(np.float64)
             per = 32 // bits
             shifts = (np.arange(per, dtype=np.uint32) * bits)
-            qv = ((a[..., None] >> shifts) & ((1 << bits) - 1)).reshape(a.shape[0], -1)
-            g = qv.reshape(a.shape[0], -1, group).astype(np.float64)
-            arr = (g * s[..., None] + b[..., None]).reshape(a.shape[0], -1)
+            lead = a.shape[:-1]
+            qv = ((a[..., None] >> shifts) & ((1 << bits) - 1)).reshape(*lead, -1)
+            g = qv.reshape(*lead, -1, group).astype(np.float64)
+            arr = (g * s[..., None] + b[..., None]).reshape(*lead, -1)
         elif dt == "BF16":
             arr = _bf16_to_f32(a).astype(np.float64)
         else:
             arr = a.astype(np.float64)
-        w[_hf_name(name, gemma)] = arr
+        stack, e = _hf_expert(name)
+        if stack:
+            experts.setdefault(stack, {})[e] = arr
+        else:
+            w[_hf_name(name, gemma)] = arr
+    for stack, by_e in experts.items():
+        w[stack] = np.stack([by_e[e] for e in range(len(by_e))])
     n_head = c["num_attention_heads"]
     cfg = Config(arch=c["model_type"], n_layer=c["num_hidden_layers"], d_model=c["hidden_size"],
                  n_head=n_head, n_kv_head=c.get("num_key_value_heads", n_head),
@@ -260,6 +320,14 @@ def _hf_load(folder):
             cfg.scaling = dict(type="longrope", long=np.array(rs["long_factor"], np.float64),
                                short=np.array(rs["short_factor"], np.float64), orig=orig,
                                attn_factor=af)
+    n_exp = c.get("num_local_experts", c.get("num_experts", 0)) or 0
+    if n_exp:
+        cfg.n_expert, cfg.n_expert_used = n_exp, c["num_experts_per_tok"]
+        # Mixtral always renormalises; the others as norm_topk_prob says (default false).
+        cfg.norm_topk = mt == "mixtral" or bool(c.get("norm_topk_prob", False))
+        dense, step = c.get("mlp_only_layers") or [], c.get("decoder_sparse_step") or 1
+        cfg.moe = [i not in dense and (i + 1) % step == 0 for i in range(cfg.n_layer)]
+    cfg.qk_norm_full = mt == "olmoe"
     _split_fused(cfg, w)
     return cfg, w
 
@@ -318,6 +386,10 @@ class Model:
         self.cfg, self.w = cfg, w
         self.out = w.get("output.weight", w["token_embd.weight"])
         self.gemma = cfg.family in ("gemma2", "gemma3")
+        for i in range(cfg.n_layer):  # the config and the tensors must agree on the MoE layers
+            has = f"blk.{i}.ffn_gate_inp.weight" in w
+            if has != cfg.moe[i]:
+                raise ValueError(f"layer {i}: config says moe={cfg.moe[i]}, router present={has}")
 
     def _norm(self, x, weight):
         if self.cfg.norm_plus_one:
@@ -343,6 +415,34 @@ class Model:
             out = np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
         return np.concatenate([out, rest], axis=-1)
 
+    def _moe(self, h, p):
+        """A mixture-of-experts MLP on h [T, d_model], token by token: the softmax of the router
+        logits over all experts, the n_expert_used most probable (a stable sort, so ties go to
+        the lower id), their probabilities renormalised to sum to 1 if the family does, each
+        chosen expert a SwiGLU MLP; then Qwen2-MoE's shared expert, times sigmoid of its gate."""
+        c, w = self.cfg, self.w
+        logits = h @ w[p + "ffn_gate_inp.weight"].T  # [T, n_expert]
+        prob = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        prob /= prob.sum(axis=-1, keepdims=True)
+        gate, up, down = (w[p + "ffn_gate_exps.weight"], w[p + "ffn_up_exps.weight"],
+                          w[p + "ffn_down_exps.weight"])  # [E, F, D], [E, F, D], [E, D, F]
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            chosen = np.argsort(-prob[t], kind="stable")[:c.n_expert_used]
+            weight = prob[t, chosen]
+            if c.norm_topk:
+                weight = weight / weight.sum()
+            for e, we in zip(chosen, weight):
+                g, u = gate[e] @ h[t], up[e] @ h[t]
+                out[t] += we * (down[e] @ (g / (1 + np.exp(-g)) * u))
+        if p + "ffn_gate_inp_shexp.weight" in w:
+            g = h @ w[p + "ffn_gate_shexp.weight"].T
+            u = h @ w[p + "ffn_up_shexp.weight"].T
+            shared = (g / (1 + np.exp(-g)) * u) @ w[p + "ffn_down_shexp.weight"].T
+            z = h @ w[p + "ffn_gate_inp_shexp.weight"].reshape(-1, c.d_model).T  # [T, 1]
+            out = out + shared / (1 + np.exp(-z))
+        return out
+
     def new_cache(self):
         return {"k": [None] * self.cfg.n_layer, "v": [None] * self.cfg.n_layer, "pos": 0}
 
@@ -366,10 +466,13 @@ class Model:
             q = h @ w[p + "attn_q.weight"].T + w.get(p + "attn_q.bias", 0)
             k = h @ w[p + "attn_k.weight"].T + w.get(p + "attn_k.bias", 0)
             v = h @ w[p + "attn_v.weight"].T + w.get(p + "attn_v.bias", 0)
+            if c.qk_norm_full:  # OLMoE: one RMSNorm over all heads' dims, before the split
+                q = self._norm(q, w[p + "attn_q_norm.weight"])
+                k = self._norm(k, w[p + "attn_k_norm.weight"])
             q = q.reshape(T, c.n_head, c.d_head)
             k = k.reshape(T, c.n_kv_head, c.d_head)
             v = v.reshape(T, c.n_kv_head, c.d_head)
-            if p + "attn_q_norm.weight" in w:
+            if p + "attn_q_norm.weight" in w and not c.qk_norm_full:  # per head (Qwen3, Gemma 3)
                 q = self._norm(q, w[p + "attn_q_norm.weight"])
                 k = self._norm(k, w[p + "attn_k_norm.weight"])
             f = freqs_local if sliding else freqs
@@ -395,10 +498,13 @@ class Model:
                 o = self._norm(o, w[p + "post_attention_norm.weight"])
             x = x + o
             h = self._norm(x, w[p + "ffn_norm.weight"])
-            g = h @ w[p + "ffn_gate.weight"].T
-            u = h @ w[p + "ffn_up.weight"].T
-            act = _gelu_tanh(g) if self.gemma else g / (1 + np.exp(-g))
-            m = (act * u) @ w[p + "ffn_down.weight"].T
+            if c.moe[i]:
+                m = self._moe(h, p)
+            else:
+                g = h @ w[p + "ffn_gate.weight"].T
+                u = h @ w[p + "ffn_up.weight"].T
+                act = _gelu_tanh(g) if self.gemma else g / (1 + np.exp(-g))
+                m = (act * u) @ w[p + "ffn_down.weight"].T
             if self.gemma:
                 m = self._norm(m, w[p + "post_ffw_norm.weight"])
             x = x + m

@@ -83,7 +83,8 @@ def test_mean_kl_against_the_live_reference(runs):
 
 TINY = ["tiny-llama", "tiny-llama-mlx4", "tiny-llama-mlx8", "tiny-qwen2", "tiny-qwen3",
         "tiny-llama3", "tiny-gemma2", "tiny-gemma2-mlx4", "tiny-gemma3", "tiny-gemma3-mlx8",
-        "tiny-phi3", "tiny-phi3-mlx4"]
+        "tiny-phi3", "tiny-phi3-mlx4", "tiny-mixtral", "tiny-mixtral-mlx4", "tiny-qwen3moe",
+        "tiny-olmoe", "tiny-qwen2moe"]
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +127,14 @@ def test_tiny_model_matches_the_reference(tiny, tmp_path, name):
     run past its original context), Gemma 2 (soft-capping, alternating sliding windows, (1 + w)
     pre/post norms, GeGLU), Gemma 3 (q/k norms, local/global RoPE bases, every third layer
     global), Phi-3 (fused weights, partial rotary, LongRoPE past the original context, a
-    sliding window), each also MLX-quantized: teacher-forced top-1 >= 99%, mean KL <= 0.01, and
-    the greedy continuation through the KV cache equal to the reference's."""
+    sliding window), each also MLX-quantized; and the mixtures of experts (8 experts, top-2):
+    Mixtral (per-expert w1/w3/w2, renormalised top-2; F32) and its MLX 4-bit form in mlx_lm's
+    layout (experts stacked into 3-D switch_mlp tensors, the router 8-bit by a per-module
+    override), Qwen3-MoE (per-head q/k norms, norm_topk_prob, a dense mlp_only_layers layer;
+    BF16), OLMoE (q/k norms over the whole projection, top-2 weights not renormalised; F16),
+    Qwen2-MoE (q/k/v biases, a sigmoid-gated shared expert; F32): teacher-forced top-1 >= 99%,
+    mean KL <= 0.01, and the greedy continuation through the KV cache equal to the
+    reference's."""
     tokens = np.random.default_rng(5).integers(3, 256, 96).tolist()
     agree, kl, _, _, greedy_equal = compare_tiny(str(tiny / name), tokens, tmp_path, name)
     assert agree >= 0.99 and kl <= 0.01
@@ -163,14 +170,17 @@ def test_tiny_gguf_model_matches_the_reference(tiny_gguf, tmp_path, name):
     assert greedy_equal
 
 
-TINY_FAMILY_GGUF = ["tiny-gemma2.gguf", "tiny-phi3.gguf"]
+TINY_FAMILY_GGUF = ["tiny-gemma2.gguf", "tiny-phi3.gguf", "tiny-mixtral.gguf", "tiny-qwen3moe.gguf"]
 
 
 @pytest.mark.parametrize("name", TINY_FAMILY_GGUF)
 def test_tiny_family_gguf_matches_the_reference(tiny, tmp_path, name):
-    """Gemma 2 and Phi-3 as llama.cpp's converter writes them (gen_tiny_models.py: Gemma norms
-    stored as 1 + w, fused Phi-3 weights, LongRoPE factors as tensors), F16 matrices: the same
-    thresholds as the safetensors forms."""
+    """Gemma 2, Phi-3, Mixtral and Qwen3-MoE as llama.cpp's converter writes them
+    (gen_tiny_models.py: Gemma norms stored as 1 + w, fused Phi-3 weights, LongRoPE factors as
+    tensors; Mixtral as arch llama with Q/K permuted for pairwise RoPE, expert_count 8,
+    expert_used_count 2; Qwen3-MoE as qwen3moe with per-head q/k norms and every layer MoE;
+    experts stacked into 3-D ffn_{gate,up,down}_exps, the router ffn_gate_inp F32), F16
+    matrices: the same thresholds as the safetensors forms."""
     pytest.importorskip("gguf")
     tokens = np.random.default_rng(5).integers(3, 256, 96).tolist()
     agree, kl, _, _, greedy_equal = compare_tiny(str(tiny / name), tokens, tmp_path, name)

@@ -9,6 +9,7 @@ permuted for pairwise RoPE) and quantized:
   tiny-llama-f16.gguf  tiny-llama-q8_0.gguf  tiny-llama-q4_0.gguf  tiny-llama-q4_1.gguf
   tiny-llama-q4_k.gguf (weights Q4_K, quantized here: gguf-py has no K-quant quantizer)
   tiny-qwen2-q4_k.gguf (biases F32)          tiny-qwen3-q8_0.gguf (q/k norms)
+  split/tiny-llama-q8_0-0000k-of-00003.gguf (the Q8_0 Llama as gguf-split writes it)
 Norms and biases stay F32, as llama.cpp keeps them.
 """
 import os
@@ -58,7 +59,8 @@ def permute(w, n_head):
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def write(path, arch, cfg, w, qtype, pairs):
+def write(path, arch, cfg, w, qtype, pairs, split=0):
+    """split > 0: gguf-split's form, NAME-0000k-of-0000n.gguf of at most `split` tensors each."""
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight":
              "output_norm.weight", "lm_head.weight": "output.weight"}
     per = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
@@ -67,7 +69,7 @@ def write(path, arch, cfg, w, qtype, pairs):
            "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
            "mlp.down_proj": "ffn_down"}
     hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
-    wr = gguf.GGUFWriter(path, arch)
+    wr = gguf.GGUFWriter(path, arch, split_max_tensors=split)
     wr.add_block_count(cfg["num_hidden_layers"])
     wr.add_embedding_length(cfg["hidden_size"])
     wr.add_feed_forward_length(cfg["intermediate_size"])
@@ -118,6 +120,10 @@ def main(out):
     qwen2 = dict(tm.QWEN2, hidden_size=256, intermediate_size=512)
     write(os.path.join(out, "tiny-qwen2-q4_k.gguf"), "qwen2", qwen2, tm.weights(qwen2, seed=7), Q.Q4_K, False)
     write(os.path.join(out, "tiny-qwen3-q8_0.gguf"), "qwen3", tm.QWEN3, tm.weights(tm.QWEN3, seed=99), Q.Q8_0, False)
+    # The Q8_0 Llama again, split in three parts in a folder of its own
+    os.makedirs(os.path.join(out, "split"), exist_ok=True)
+    write(os.path.join(out, "split", "tiny-llama-q8_0.gguf"), "llama", llama, w, Q.Q8_0, True,
+          split=8)
 
 
 if __name__ == "__main__":

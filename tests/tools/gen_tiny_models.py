@@ -23,9 +23,24 @@ Creates under OUT_DIR (each a model folder hearth can open):
                         (0.75), LongRoPE past original_max_position_embeddings (64), a sliding
                         window of 48, untied lm_head; F16
   tiny-phi3-mlx4/       the same weights, MLX 4-bit (row views of fused quantized weights)
-  tiny-gemma2.gguf, tiny-phi3.gguf (only when the `gguf` package is importable): the same
-                        families as llama.cpp's converter writes them (Gemma norms stored as
-                        1 + w, GGUF names, Phi-3's LongRoPE factors as rope_factors_* tensors)
+  tiny-mixtral/         Mixtral: 8 experts of width 96 (block_sparse_moe.experts.E.w1/w3/w2),
+                        top-2 routing renormalised, untied lm_head; F32
+  tiny-mixtral-mlx4/    the same weights, MLX 4-bit group 32 in mlx_lm's layout: each layer's
+                        experts stacked into 3-D switch_mlp.{gate,up,down}_proj tensors, the
+                        router 8-bit through a per-module override in config.json
+  tiny-qwen3moe/        Qwen3-MoE: per-head q/k norms, 8 experts of width 32 (top-2,
+                        norm_topk_prob), layer 1 a dense MLP of width 96 (mlp_only_layers); BF16
+  tiny-olmoe/           OLMoE: q/k RMSNorms over the whole projection (before the split into
+                        heads), 8 experts of width 32, top-2 NOT renormalised; F16
+  tiny-qwen2moe/        Qwen2-MoE: q/k/v biases, 8 experts of width 32 (top-2, not
+                        renormalised) plus a shared expert of width 48 scaled by
+                        sigmoid(shared_expert_gate); F32
+  tiny-gemma2.gguf, tiny-phi3.gguf, tiny-mixtral.gguf, tiny-qwen3moe.gguf (only when the `gguf`
+                        package is importable): the same families as llama.cpp's converter
+                        writes them (Gemma norms stored as 1 + w, GGUF names, Phi-3's LongRoPE
+                        factors as rope_factors_* tensors; Mixtral as arch "llama" with Q/K
+                        permuted for pairwise RoPE, experts stacked into 3-D ffn_*_exps tensors
+                        and the router ffn_gate_inp kept F32; Qwen3-MoE with every layer MoE)
 The same seed always gives byte-identical files. Only numpy is needed; the safetensors files are
 written by hand (the format is an 8-byte header length, a JSON header and raw little-endian data).
 """
@@ -93,6 +108,49 @@ PHI3 = dict(model_type="phi3", hidden_size=64, intermediate_size=96, num_hidden_
                           "short_factor": [1.0, 1.0, 1.1, 1.2, 1.5, 2.0]},
             sliding_window=48, tie_word_embeddings=False, architectures=["Phi3ForCausalLM"],
             bos_token_id=1, eos_token_id=2)
+
+# Mixture-of-experts families, all with 8 experts of which each token uses 2. Expert widths differ
+# from the hidden size (a transposed expert cannot pass) and, where MLX quantizes them, are
+# multiples of its group of 32 (mlx_lm leaves a weight whose rows do not split into groups
+# unquantized).
+MIXTRAL = dict(model_type="mixtral", hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+               num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+               max_position_embeddings=512, rms_norm_eps=1e-5, rope_theta=1000000.0,
+               num_local_experts=8, num_experts_per_tok=2, sliding_window=None,
+               tie_word_embeddings=False, architectures=["MixtralForCausalLM"],
+               bos_token_id=1, eos_token_id=2)
+
+# Qwen3-MoE: layer 1 is a dense MLP (mlp_only_layers), the others route over experts of width
+# moe_intermediate_size and renormalise the top-k weights (norm_topk_prob).
+QWEN3MOE = dict(model_type="qwen3_moe", hidden_size=64, intermediate_size=96,
+                moe_intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, vocab_size=256, max_position_embeddings=1024,
+                rms_norm_eps=1e-6, rope_theta=1000000.0, num_experts=8, num_experts_per_tok=2,
+                decoder_sparse_step=1, mlp_only_layers=[1], norm_topk_prob=True,
+                attention_bias=False, tie_word_embeddings=False,
+                architectures=["Qwen3MoeForCausalLM"], bos_token_id=1, eos_token_id=2)
+
+# llama.cpp's qwen3moe has no dense layers: the GGUF form routes in every layer.
+QWEN3MOE_GGUF = dict(QWEN3MOE, mlp_only_layers=[])
+
+# OLMoE: intermediate_size is the expert width; the chosen experts' probabilities are used as
+# they are (norm_topk_prob false), so the two weights sum to less than 1.
+OLMOE = dict(model_type="olmoe", hidden_size=64, intermediate_size=32, num_hidden_layers=3,
+             num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+             max_position_embeddings=512, rms_norm_eps=1e-5, rope_theta=10000.0,
+             num_experts=8, num_experts_per_tok=2, norm_topk_prob=False, clip_qkv=None,
+             tie_word_embeddings=False, architectures=["OlmoeForCausalLM"],
+             bos_token_id=1, eos_token_id=2)
+
+# Qwen2-MoE: intermediate_size would size the dense layers of mlp_only_layers (none here).
+QWEN2MOE = dict(model_type="qwen2_moe", hidden_size=64, intermediate_size=96,
+                moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                vocab_size=256, max_position_embeddings=1024, rms_norm_eps=1e-6,
+                rope_theta=1000000.0, num_experts=8, num_experts_per_tok=2,
+                norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[],
+                tie_word_embeddings=False, architectures=["Qwen2MoeForCausalLM"],
+                bos_token_id=1, eos_token_id=2)
 
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
                  "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
@@ -176,24 +234,131 @@ def family_weights(cfg, seed):
     return {k: a.astype(np.float32) for k, a in w.items()}
 
 
+def moe_layer(cfg, i):
+    """Whether layer i routes over experts (transformers' rule: every decoder_sparse_step-th
+    layer, except those of mlp_only_layers, which keep a dense MLP)."""
+    return (i not in cfg.get("mlp_only_layers", [])
+            and (i + 1) % cfg.get("decoder_sparse_step", 1) == 0)
+
+
+def moe_weights(cfg, seed):
+    """Hugging Face-named random weights (float32) for a mixture-of-experts config, in each
+    family's own names: Mixtral's router block_sparse_moe.gate and experts
+    block_sparse_moe.experts.E.w1/w3/w2 (gate/up/down); the Qwen MoEs' and OLMoE's mlp.gate and
+    mlp.experts.E.gate_proj/up_proj/down_proj; Qwen3-MoE's per-head q/k norms and dense
+    mlp_only_layers; OLMoE's q/k norms over the whole projection; Qwen2-MoE's q/k/v biases,
+    mlp.shared_expert.* and mlp.shared_expert_gate."""
+    rng = np.random.default_rng(seed)
+    mt = cfg["model_type"]
+    d, v = cfg["hidden_size"], cfg["vocab_size"]
+    hd = cfg.get("head_dim") or d // cfg["num_attention_heads"]
+    nq, nkv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    n_exp = cfg.get("num_local_experts", cfg.get("num_experts"))
+    f_exp = cfg.get("moe_intermediate_size", cfg["intermediate_size"])  # an expert's width
+    lin = lambda o, i: rng.normal(0, 1 / np.sqrt(i), (o, i))
+    norm = lambda n: 1 + rng.normal(0, 0.02, (n,))
+    w = {"model.embed_tokens.weight": rng.normal(0, 1.0, (v, d)),
+         "model.norm.weight": norm(d)}
+    if not cfg["tie_word_embeddings"]:
+        w["lm_head.weight"] = lin(v, d)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = norm(d)
+        w[p + "post_attention_layernorm.weight"] = norm(d)
+        w[p + "self_attn.q_proj.weight"] = lin(nq, d)
+        w[p + "self_attn.k_proj.weight"] = lin(nkv, d)
+        w[p + "self_attn.v_proj.weight"] = lin(nkv, d)
+        w[p + "self_attn.o_proj.weight"] = lin(d, nq)
+        if mt == "qwen2_moe":
+            w[p + "self_attn.q_proj.bias"] = rng.normal(0, 0.5, (nq,))
+            w[p + "self_attn.k_proj.bias"] = rng.normal(0, 0.5, (nkv,))
+            w[p + "self_attn.v_proj.bias"] = rng.normal(0, 0.5, (nkv,))
+        if mt in ("qwen3_moe", "olmoe"):
+            # Qwen3-MoE: one weight per head dimension; OLMoE: one per projection output. The
+            # spread is wide enough that applying a weight to the wrong dims shows.
+            q_n, k_n = (hd, hd) if mt == "qwen3_moe" else (nq, nkv)
+            w[p + "self_attn.q_norm.weight"] = 1 + rng.normal(0, 0.2, (q_n,))
+            w[p + "self_attn.k_norm.weight"] = 1 + rng.normal(0, 0.2, (k_n,))
+        if not moe_layer(cfg, i):
+            f = cfg["intermediate_size"]
+            w[p + "mlp.gate_proj.weight"] = lin(f, d)
+            w[p + "mlp.up_proj.weight"] = lin(f, d)
+            w[p + "mlp.down_proj.weight"] = lin(d, f)
+            continue
+        moe = p + ("block_sparse_moe." if mt == "mixtral" else "mlp.")
+        gate, up, down = (("w1", "w3", "w2") if mt == "mixtral"
+                          else ("gate_proj", "up_proj", "down_proj"))
+        w[moe + "gate.weight"] = lin(n_exp, d)  # the router: logits of the order of 1
+        for e in range(n_exp):
+            w[f"{moe}experts.{e}.{gate}.weight"] = lin(f_exp, d)
+            w[f"{moe}experts.{e}.{up}.weight"] = lin(f_exp, d)
+            w[f"{moe}experts.{e}.{down}.weight"] = lin(d, f_exp)
+        if mt == "qwen2_moe":
+            fs = cfg["shared_expert_intermediate_size"]
+            w[p + "mlp.shared_expert.gate_proj.weight"] = lin(fs, d)
+            w[p + "mlp.shared_expert.up_proj.weight"] = lin(fs, d)
+            w[p + "mlp.shared_expert.down_proj.weight"] = lin(d, fs)
+            w[p + "mlp.shared_expert_gate.weight"] = lin(1, d)
+    return {k: a.astype(np.float32) for k, a in w.items()}
+
+
+EXPERT_PROJ = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj", "gate_proj": "gate_proj",
+               "up_proj": "up_proj", "down_proj": "down_proj"}
+
+
+def stacked_experts(w):
+    """w with each layer's per-expert weights stacked as mlx_lm stores them (its sanitize step):
+    ....experts.E.w1/gate_proj.weight for E = 0..n-1 become one ....switch_mlp.gate_proj.weight
+    of shape [n_expert, out, in] (w3/up_proj -> up_proj, w2/down_proj -> down_proj)."""
+    out, stacks = {}, {}
+    for k, a in w.items():
+        parts = k.split(".")
+        if "experts" not in parts:
+            out[k] = a
+            continue
+        j = parts.index("experts")
+        stem = ".".join(parts[:j] + ["switch_mlp", EXPERT_PROJ[parts[j + 2]], parts[j + 3]])
+        stacks.setdefault(stem, {})[int(parts[j + 1])] = a
+    for stem, by_expert in stacks.items():
+        out[stem] = np.stack([by_expert[e] for e in range(len(by_expert))])
+    return out
+
+
+def permute_qk(w, n_head):
+    """llama.cpp's Q/K row permutation for arch llama: Hugging Face rotates the two halves of
+    each head, GGUF Llama rotates adjacent pairs."""
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
 GGUF_LAYER = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
               "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
               "self_attn.o_proj": "attn_output", "self_attn.qkv_proj": "attn_qkv",
               "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
               "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.gate_up_proj": "ffn_up",
               "mlp.down_proj": "ffn_down", "pre_feedforward_layernorm": "ffn_norm",
-              "post_feedforward_layernorm": "post_ffw_norm"}
+              "post_feedforward_layernorm": "post_ffw_norm",
+              "block_sparse_moe.gate": "ffn_gate_inp", "mlp.gate": "ffn_gate_inp",
+              "block_sparse_moe.switch_mlp.gate_proj": "ffn_gate_exps",
+              "block_sparse_moe.switch_mlp.up_proj": "ffn_up_exps",
+              "block_sparse_moe.switch_mlp.down_proj": "ffn_down_exps",
+              "mlp.switch_mlp.gate_proj": "ffn_gate_exps", "mlp.switch_mlp.up_proj": "ffn_up_exps",
+              "mlp.switch_mlp.down_proj": "ffn_down_exps"}
 
 
 def write_family_gguf(path, cfg, w):
-    """A Gemma 2 or Phi-3 GGUF as llama.cpp's converter writes it: GGUF names, Gemma norms
-    stored as 1 + w (convert_hf_to_gguf adds 1 to every "norm.weight"), Phi-3's rotated dims
-    and LongRoPE (factors as F32 tensors, the magnitude factor as rope.scaling.attn_factor);
+    """A Gemma 2, Phi-3, Mixtral or Qwen3-MoE GGUF as llama.cpp's converter writes it: GGUF
+    names, Gemma norms stored as 1 + w (convert_hf_to_gguf adds 1 to every "norm.weight"),
+    Phi-3's rotated dims and LongRoPE (factors as F32 tensors, the magnitude factor as
+    rope.scaling.attn_factor), Mixtral as arch llama with Q/K permuted for pairwise RoPE, each
+    layer's experts stacked into ffn_{gate,up,down}_exps ([n_expert, out, in] in numpy's order,
+    which the writer reverses into ggml's) and the router ffn_gate_inp kept F32; other
     matrices F16, vectors F32. Needs the `gguf` package."""
     import gguf
     import math
     mt = cfg["model_type"]
-    arch = {"gemma2": "gemma2", "phi3": "phi3"}[mt]
+    arch = {"gemma2": "gemma2", "phi3": "phi3", "mixtral": "llama", "qwen3_moe": "qwen3moe"}[mt]
+    n_exp = cfg.get("num_local_experts", cfg.get("num_experts", 0))
     d, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     hd = cfg.get("head_dim", d // nh)
     wr = gguf.GGUFWriter(path, arch)
@@ -208,8 +373,17 @@ def write_family_gguf(path, cfg, w):
     wr.add_rope_freq_base(cfg["rope_theta"])
     wr.add_context_length(cfg["max_position_embeddings"])
     wr.add_vocab_size(cfg["vocab_size"])
-    if "sliding_window" in cfg:
+    if cfg.get("sliding_window"):
         wr.add_sliding_window(cfg["sliding_window"])
+    if n_exp:
+        assert all(moe_layer(cfg, i) for i in range(cfg["num_hidden_layers"])), \
+            "llama.cpp's MoE architectures have no dense layers"
+        wr.add_rope_dimension_count(hd)
+        wr.add_expert_count(n_exp)
+        wr.add_expert_used_count(cfg["num_experts_per_tok"])
+        if "moe_intermediate_size" in cfg:
+            wr.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+        w = stacked_experts(w)
     if mt == "gemma2":
         wr.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
         wr.add_final_logit_softcapping(cfg["final_logit_softcapping"])
@@ -237,7 +411,11 @@ def write_family_gguf(path, cfg, w):
             name = f"blk.{parts[2]}.{gg}.{parts[-1]}"
         if mt.startswith("gemma") and hf.endswith("norm.weight"):
             a = a + 1
-        wr.add_tensor(name, a if a.ndim == 1 else a.astype(np.float16))
+        if arch == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
+            a = permute_qk(a, cfg["num_attention_heads"] if "attn_q" in name
+                           else cfg["num_key_value_heads"])
+        keep_f32 = a.ndim == 1 or name.endswith("ffn_gate_inp.weight")
+        wr.add_tensor(name, a if keep_f32 else a.astype(np.float16))
     wr.write_header_to_file()
     wr.write_kv_data_to_file()
     wr.write_tensors_to_file()
@@ -271,9 +449,14 @@ def write_safetensors(path, tensors, metadata=None):
 
 
 def mlx_quantize(w, bits, group):
-    """MLX affine quantization: per group of `group` elements, w ≈ scale * q + bias, with
-    q in [0, 2^bits), packed little-endian into uint32 words (element j at bits*j)."""
-    rows, cols = w.shape
+    """MLX affine quantization along the last axis: per group of `group` elements,
+    w ≈ scale * q + bias, with q in [0, 2^bits), packed little-endian into uint32 words
+    (element j at bits*j). A 3-D stack of experts [n, out, in] gives packed [n, out, in*bits/32]
+    and scales/biases [n, out, in/group], the layout of mlx.core.quantize (whose choice of
+    scales differs; mlx.core.dequantize reads these exactly)."""
+    lead, cols = w.shape[:-1], w.shape[-1]
+    rows = int(np.prod(lead))
+    w = w.reshape(rows, cols)
     g = w.reshape(rows, cols // group, group)
     lo, hi = g.min(axis=2), g.max(axis=2)
     n = (1 << bits) - 1
@@ -285,7 +468,8 @@ def mlx_quantize(w, bits, group):
     packed = np.zeros((rows, cols // per), dtype=np.uint32)
     for j in range(per):
         packed |= q[:, :, j] << np.uint32(bits * j)
-    return packed, scale, lo.astype(np.float32)
+    return (packed.reshape(*lead, -1), scale.reshape(*lead, -1),
+            lo.astype(np.float32).reshape(*lead, -1))
 
 
 def tokenizer_json(vocab_size):
@@ -323,12 +507,18 @@ def write_folder(out, name, cfg, tensors, shards=1, extra_cfg=None, metadata=Non
     return d
 
 
-def mlx_tensors(w, bits, group, sb):
+def mlx_tensors(w, bits, group, sb, overrides=None):
+    """MLX-quantized tensors: every matrix (or 3-D stack of expert matrices) whose rows split
+    into groups, the rest F16. overrides: module name (the weight's name less ".weight") ->
+    {"bits", "group_size"}, as mlx_lm writes per-module settings into config.json's
+    "quantization"."""
     out = {}
     for k, a in w.items():
-        if a.ndim == 2 and a.shape[1] % group == 0:
-            q, s, b = mlx_quantize(a, bits, group)
-            stem = k[: -len(".weight")]
+        stem = k[: -len(".weight")]
+        o = (overrides or {}).get(stem, {})
+        bits_k, group_k = o.get("bits", bits), o.get("group_size", group)
+        if a.ndim >= 2 and a.shape[-1] % group_k == 0:
+            q, s, b = mlx_quantize(a, bits_k, group_k)
             out[k] = ("U32", q)
             if sb == "F16":
                 out[stem + ".scales"] = ("F16", s.astype(np.float16))
@@ -379,12 +569,33 @@ def main(out):
     write_folder(out, "tiny-phi3-mlx4", PHI3, mlx_tensors(p3, 4, 32, "F16"),
                  extra_cfg={"quantization": {"group_size": 32, "bits": 4}},
                  metadata={"format": "mlx"})
+    mx = moe_weights(MIXTRAL, seed=41)
+    write_folder(out, "tiny-mixtral", MIXTRAL, {k: ("F32", a) for k, a in mx.items()})
+    # mlx_lm's layout: stacked experts 4-bit, the routers 8-bit through per-module overrides
+    # (its Mixtral quant_predicate), the override keyed by module name as mlx_lm writes it.
+    routers = {f"model.layers.{i}.block_sparse_moe.gate": {"group_size": 32, "bits": 8}
+               for i in range(MIXTRAL["num_hidden_layers"])}
+    write_folder(out, "tiny-mixtral-mlx4", MIXTRAL,
+                 mlx_tensors(stacked_experts(mx), 4, 32, "F16", overrides=routers),
+                 extra_cfg={"quantization": dict({"group_size": 32, "bits": 4}, **routers)},
+                 metadata={"format": "mlx"})
+    q3m = moe_weights(QWEN3MOE, seed=43)
+    write_folder(out, "tiny-qwen3moe", QWEN3MOE,
+                 {k: ("BF16", bf16_bits(a)) for k, a in q3m.items()})
+    om = moe_weights(OLMOE, seed=47)
+    write_folder(out, "tiny-olmoe", OLMOE,
+                 {k: ("F16", a.astype(np.float16)) for k, a in om.items()})
+    q2m = moe_weights(QWEN2MOE, seed=53)
+    write_folder(out, "tiny-qwen2moe", QWEN2MOE, {k: ("F32", a) for k, a in q2m.items()})
     try:
         import gguf  # noqa: F401
     except ImportError:
         return
     write_family_gguf(os.path.join(out, "tiny-gemma2.gguf"), GEMMA2_GGUF, family_weights(GEMMA2_GGUF, seed=21))
     write_family_gguf(os.path.join(out, "tiny-phi3.gguf"), PHI3, p3)
+    write_family_gguf(os.path.join(out, "tiny-mixtral.gguf"), MIXTRAL, mx)
+    write_family_gguf(os.path.join(out, "tiny-qwen3moe.gguf"), QWEN3MOE_GGUF,
+                      moe_weights(QWEN3MOE_GGUF, seed=43))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@
 #include "backend/cpu/attn.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/kv_quant.h"
+#include "backend/cpu/moe.h"
 #include "backend/cpu/packed.h"
 
 #define MAX_THREADS 256
@@ -831,6 +832,7 @@ hx_status hx_cpu_backend_create(int n_threads, unsigned flags, hx_backend **out,
     be->gather_rows = cpu_gather_rows;
     be->swiglu = cpu_swiglu;
     be->geglu = cpu_geglu;
+    be->moe = hx_cpu_moe;
     be->add = cpu_add;
     be->scale = cpu_scale;
     be->softcap = cpu_softcap;
