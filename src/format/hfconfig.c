@@ -304,6 +304,7 @@ hx_status hx_hfconfig_load(const char *path, hx_hfconfig *cfg, hx_err *err)
         goto fail;
     if ((strcmp(arch, "gemma2") == 0 || g3) && (st = read_gemma(root, text, path, cfg, err)))
         goto fail;
+    if (strcmp(arch, "gemma") == 0) hp->norm_plus_one = true; /* Gemma 1: only the (1 + w) */
 
     json_t *q = json_object_get(root, "quantization");
     if (!q) q = json_object_get(root, "quantization_config");

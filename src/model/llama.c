@@ -1,19 +1,20 @@
 /* llama.c - the transformer forward pass shared by every family: Llama (Llama 2/3.x, SmolLM2,
- * Mistral, Qwen2, Qwen3), Gemma 2/3, Phi-3 and the mixtures of experts (Mixtral, Qwen2-MoE,
+ * Mistral, Qwen2, Qwen3), Gemma 1/2/3, Phi-3 and the mixtures of experts (Mixtral, Qwen2-MoE,
  * Qwen3-MoE, OLMoE).
  *
- * One block: h = rmsnorm(x); q,k,v = h Wq,Wk,Wv (+ biases for Qwen2); per-head RMSNorm of q and k
- * (Qwen3, Gemma 3), or over the whole projection (OLMoE); rope(q, k) (partial for Phi-3; Gemma 3's sliding layers have their own
- * base); store k, v in the paged cache; o = attention(q, cache) Wo (sliding window per layer,
- * Gemma 2's score soft-capping); Gemma: o = rmsnorm(o); x += o; h = rmsnorm(x);
- * m = (act(h Wg) * h Wu) Wd with act silu, or gelu_tanh for Gemma; Gemma: m = rmsnorm(m);
- * x += m. A mixture-of-experts layer replaces m by the backend's moe op over the router's
- * logits (h Wr): each row through its top-k experts, weighted. Gemma scales the embeddings by sqrt(d_model) and Gemma 2 soft-caps the logits. After
- * the last block, rmsnorm and the output projection (the token embedding when tied) for the
- * requested rows only. The per-family differences are data (hx_hparams, optional tensors of
- * hx_layer), switched on here; family.c binds what only some families have (fused weights,
- * (1 + w) norms, RoPE tables). Everything goes through the backend table; this file never
- * touches activation memory. */
+ * One block: h = rmsnorm(x); q,k,v = h Wq,Wk,Wv (+ biases for Qwen2); RMSNorm of q and k per
+ * head (Qwen3, Gemma 3) or over the whole projection (OLMoE); rope(q, k) (partial for Phi-3;
+ * Gemma 3's sliding layers have their own base); store k, v in the paged cache;
+ * o = attention(q, cache) Wo (sliding window per layer, Gemma 2's score soft-capping); Gemma
+ * 2/3: o = rmsnorm(o); x += o; h = rmsnorm(x); m = (act(h Wg) * h Wu) Wd with act silu, or
+ * gelu_tanh for Gemma; Gemma 2/3: m = rmsnorm(m); x += m. A mixture-of-experts layer replaces
+ * m by the backend's moe op over the router's logits (h Wr): each row through its top-k
+ * experts, weighted. Gemma scales the embeddings by sqrt(d_model) and Gemma 2 soft-caps the
+ * logits. After the last block, rmsnorm and the output projection (the token embedding when
+ * tied) for the requested rows only. The per-family differences are data (hx_hparams, optional
+ * tensors of hx_layer), switched on here; family.c binds what only some families have (fused
+ * weights, (1 + w) norms, RoPE tables, experts). Everything goes through the backend table;
+ * this file never touches activation memory. */
 #include "model/model.h"
 #include "model/model_int.h"
 
@@ -25,9 +26,9 @@
 
 #define HX_PI 3.14159265358979323846
 
-static const char *const families[] = {"llama",  "mistral", "qwen2",    "qwen3",    "gemma2",
-                                       "gemma3", "phi3",    "mixtral", "qwen2moe", "qwen3moe",
-                                       "olmoe",  NULL};
+static const char *const families[] = {"llama",  "mistral", "qwen2",   "qwen3",
+                                       "gemma",  "gemma2",  "gemma3",  "phi3",
+                                       "mixtral", "qwen2moe", "qwen3moe", "olmoe", NULL};
 
 const char *const *hx_llm_architectures(void)
 {
@@ -202,8 +203,14 @@ static void release_weights(hx_llm *m)
     release(m, m->output);
 }
 
-/* The family switches that are not in the files' tensors: Gemma's embedding scale and GeGLU. */
+/* The family switches that are not in the files' tensors: Gemma's embedding scale and GeGLU
+ * (every Gemma), and the norms after attention and after the MLP (Gemma 2 and 3). */
 static bool is_gemma(const char *arch)
+{
+    return strncmp(arch, "gemma", 5) == 0;
+}
+
+static bool has_post_norms(const char *arch)
 {
     return strcmp(arch, "gemma2") == 0 || strcmp(arch, "gemma3") == 0;
 }
@@ -215,7 +222,7 @@ static hx_status bind_layer(hx_llm *m, int i, hx_err *err)
     const hx_model_files *mf = m->mf;
     const hx_hparams *hp = &m->hp; /* bind_experts may complete hp->d_ff_shexp */
     hx_layer *L = &m->layers[i];
-    const bool gemma = is_gemma(hp->arch);
+    const bool post_norms = has_post_norms(hp->arch);
     const int64_t d = hp->d_model, qd = (int64_t)hp->n_head * hp->d_head,
                   kvd = (int64_t)hp->n_kv_head * hp->d_head;
     hx_status st;
@@ -238,8 +245,9 @@ static hx_status bind_layer(hx_llm *m, int i, hx_err *err)
     if ((st = bind(mf, i, "ffn_gate", "weight", false, &L->w_gate, err)) ||
         (st = bind(mf, i, "ffn_up", "weight", dense, &L->w_up, err)) ||
         (st = bind(mf, i, "ffn_down", "weight", dense, &L->w_down, err)) ||
-        (st = bind(mf, i, "post_attention_norm", "weight", gemma, &L->post_attn_norm, err)) ||
-        (st = bind(mf, i, "post_ffw_norm", "weight", gemma, &L->post_ffn_norm, err)) ||
+        (st = bind(mf, i, "post_attention_norm", "weight", post_norms, &L->post_attn_norm,
+                   err)) ||
+        (st = bind(mf, i, "post_ffw_norm", "weight", post_norms, &L->post_ffn_norm, err)) ||
         (st = hx_model_split_fused(m, i, L, err)))
         return st;
     const char *missing = !L->wq ? "attn_q" : !L->wk ? "attn_k" : !L->wv ? "attn_v"

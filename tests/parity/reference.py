@@ -7,15 +7,21 @@ numpy from safetensors (MLX affine weights are dequantized here by their definit
 w = scale * q + bias), no quantization of activations, no fused kernels. It covers the families
 issue 4 names: Llama 2/3.x (incl. llama3 / linear / yarn rope scaling), SmolLM2, Mistral,
 Qwen2 (q/k/v biases), Qwen3 (per-head q/k RMSNorm), with tied or separate output embeddings;
-and issue 8's, written from transformers' modeling_gemma2.py / modeling_gemma3.py /
-modeling_phi3.py:
+and issue 8's, written from transformers' modeling_gemma.py / modeling_gemma2.py /
+modeling_gemma3.py / modeling_phi3.py:
+  Gemma 1: RMSNorm as x/rms * (1 + w) in Hugging Face files (GGUF stores 1 + w), embeddings
+    times sqrt(d_model), GeGLU (gelu, tanh form), scores scaled by head_dim^-0.5; otherwise
+    Llama's layer (a norm before attention and one before the MLP, RoPE over halves).
   Gemma 2: RMSNorm as x/rms * (1 + w) in Hugging Face files (GGUF stores 1 + w), embeddings
     times sqrt(d_model), a norm after attention and after the MLP, GeGLU (gelu, tanh form),
     scores scaled by query_pre_attn_scalar^-0.5 and soft-capped (c * tanh(s / c)), logits
     soft-capped, sliding-window layers (even ones) beside global ones.
   Gemma 3: the same without caps (unless configured), q/k RMSNorm per head, layer types from
     layer_types or sliding_window_pattern, RoPE base rope_local_base_freq on sliding layers and
-    rope_theta with rope_scaling on global ones.
+    rope_theta with rope_scaling on global ones. In GGUF: the pattern from
+    gemma3.attention.sliding_window_pattern (a period, or one bool per layer, true = sliding;
+    else a period of 6), the local base from rope.freq_base_swa, the query scale from
+    attention.scale (else llama.cpp's rule).
   Phi-3: fused qkv_proj and gate_up_proj (split as transformers does), partial rotary,
     LongRoPE (long factors when the sequence exceeds original_max_position_embeddings, cos and
     sin times the magnitude factor), a sliding window on every layer.
@@ -68,6 +74,13 @@ def _gguf_load(path):
             return bytes(v).decode()
         return v.tolist()[0] if hasattr(v, "tolist") else v
 
+    def array(key):
+        """An array's values (field() gives the first); a scalar as it is; None when absent."""
+        f = r.fields.get(key)
+        if f is None or not f.types or f.types[0].name != "ARRAY":
+            return field(key)
+        return [f.parts[i].tolist()[0] for i in f.data]
+
     arch = field("general.architecture")
     a = lambda k, d=None: field(f"{arch}.{k}", d)
     n_head = a("attention.head_count")
@@ -93,6 +106,8 @@ def _gguf_load(path):
     _defaults(cfg)
     cfg.family = arch
     cfg.n_ctx_train = a("context_length", 0)
+    if arch == "gemma":
+        cfg.norm_plus_one = False  # the converter stored 1 + w; the query scale is head_dim^-0.5
     if arch in ("gemma2", "gemma3"):
         # llama.cpp's query scale (GGUF has no query_pre_attn_scalar): 1/sqrt(head_dim)
         big = cfg.n_layer == (46 if arch == "gemma2" else 62)
@@ -101,8 +116,15 @@ def _gguf_load(path):
         cfg.attn_softcap = a("attn_logit_softcapping")
         cfg.final_softcap = a("final_logit_softcapping")
         cfg.window = a("attention.sliding_window")
-        period = 2 if arch == "gemma2" else 6
-        cfg.sliding = [(i + 1) % period != 0 for i in range(cfg.n_layer)]
+        pattern = array(f"{arch}.attention.sliding_window_pattern")
+        if isinstance(pattern, list):  # one per layer, true = sliding
+            if len(pattern) != cfg.n_layer:
+                raise ValueError(f"sliding_window_pattern has {len(pattern)} entries for "
+                                 f"{cfg.n_layer} layers")
+            cfg.sliding = [bool(b) for b in pattern]
+        else:  # every period-th layer global (a period of 1 or 0: all global)
+            period = pattern if pattern is not None else (2 if arch == "gemma2" else 6)
+            cfg.sliding = [period > 1 and (i + 1) % period != 0 for i in range(cfg.n_layer)]
         if arch == "gemma3":
             cfg.rope_theta_local = a("rope.freq_base_swa", 10000.0)
         cfg.norm_plus_one = False  # the converter stored 1 + w
@@ -204,17 +226,18 @@ HF_NAMES = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
 HF_EXPERT_NAMES = {"w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps",
                    "gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps",
                    "down_proj": "ffn_down_exps"}
-# Gemma's post_attention_layernorm follows attention; Llama's precedes the MLP.
+# Gemma 2/3's post_attention_layernorm follows attention; Llama's (and Gemma 1's) precedes the
+# MLP.
 GEMMA_NAMES = dict(HF_NAMES, post_attention_layernorm="post_attention_norm")
 
 
-def _hf_name(n, gemma=False):
+def _hf_name(n, post_norms=False):
     whole = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
     stem, kind = n.rsplit(".", 1)
     if stem in whole:
         return f"{whole[stem]}.{kind}"
     parts = stem.split(".")
-    names = GEMMA_NAMES if gemma else HF_NAMES
+    names = GEMMA_NAMES if post_norms else HF_NAMES
     if parts[:2] == ["model", "layers"]:
         rest = ".".join(parts[3:])
         if rest in names:
@@ -234,7 +257,8 @@ def _hf_expert(n):
 def _hf_load(folder):
     c = json.load(open(os.path.join(folder, "config.json")))
     c = dict(c, **c.get("text_config", {}))
-    gemma = c["model_type"] in ("gemma2", "gemma3", "gemma3_text")
+    post_norms = c["model_type"] in ("gemma2", "gemma3", "gemma3_text")
+    gemma = post_norms or c["model_type"] == "gemma"
     tensors = {}
     for f in sorted(os.listdir(folder)):
         if f.endswith(".safetensors"):
@@ -269,7 +293,7 @@ def _hf_load(folder):
         if stack:
             experts.setdefault(stack, {})[e] = arr
         else:
-            w[_hf_name(name, gemma)] = arr
+            w[_hf_name(name, post_norms)] = arr
     for stack, by_e in experts.items():
         w[stack] = np.stack([by_e[e] for e in range(len(by_e))])
     n_head = c["num_attention_heads"]
@@ -292,9 +316,9 @@ def _hf_load(folder):
     mt = c["model_type"]
     cfg.family = {"gemma3_text": "gemma3"}.get(mt, mt)
     cfg.n_ctx_train = c.get("max_position_embeddings", 0)
-    if gemma:
+    cfg.norm_plus_one = gemma  # Gemma 1's query scale is head_dim^-0.5, as _defaults has it
+    if post_norms:
         g3 = cfg.family == "gemma3"
-        cfg.norm_plus_one = True
         cfg.attn_scale = c.get("query_pre_attn_scalar", 256) ** -0.5
         cfg.attn_softcap = c.get("attn_logit_softcapping", None if g3 else 50.0)
         cfg.final_softcap = c.get("final_logit_softcapping", None if g3 else 30.0)
@@ -385,7 +409,8 @@ class Model:
     def __init__(self, cfg, w):
         self.cfg, self.w = cfg, w
         self.out = w.get("output.weight", w["token_embd.weight"])
-        self.gemma = cfg.family in ("gemma2", "gemma3")
+        self.gemma = cfg.family in ("gemma", "gemma2", "gemma3")
+        self.post_norms = cfg.family in ("gemma2", "gemma3")  # a norm after each sub-layer
         for i in range(cfg.n_layer):  # the config and the tensors must agree on the MoE layers
             has = f"blk.{i}.ffn_gate_inp.weight" in w
             if has != cfg.moe[i]:
@@ -494,7 +519,7 @@ class Model:
             prob /= prob.sum(axis=-1, keepdims=True)
             att = np.einsum("hts,shd->thd", prob, vv).reshape(T, c.n_head * c.d_head)
             o = att @ w[p + "attn_output.weight"].T
-            if self.gemma:
+            if self.post_norms:
                 o = self._norm(o, w[p + "post_attention_norm.weight"])
             x = x + o
             h = self._norm(x, w[p + "ffn_norm.weight"])
@@ -505,7 +530,7 @@ class Model:
                 u = h @ w[p + "ffn_up.weight"].T
                 act = _gelu_tanh(g) if self.gemma else g / (1 + np.exp(-g))
                 m = (act * u) @ w[p + "ffn_down.weight"].T
-            if self.gemma:
+            if self.post_norms:
                 m = self._norm(m, w[p + "post_ffw_norm.weight"])
             x = x + m
         cache["pos"] += T

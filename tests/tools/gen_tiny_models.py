@@ -11,6 +11,10 @@ Creates under OUT_DIR (each a model folder hearth can open):
   tiny-qwen3/           Qwen3 shape (q/k RMSNorm, separate lm_head), BF16 safetensors
   tiny-qwen2/           Qwen2 shape (q/k/v biases), F32 safetensors
   tiny-llama3/          Llama 3 shape with llama3 rope scaling and an untied lm_head, F16
+  tiny-gemma/           Gemma 1: (1 + w) norms (w drawn around 0), embeddings times
+                        sqrt(d_model), GeGLU, one KV head of 16 dims, no post-norms, no caps and
+                        no sliding window, tied embeddings; F32
+  tiny-gemma-mlx4/      the same weights, MLX 4-bit group 32
   tiny-gemma2/          Gemma 2: (1 + w) norms, pre/post norms, GeGLU, attention and final
                         logit soft-capping that bite, query_pre_attn_scalar != head_dim, even
                         layers sliding over a window of 24, tied embeddings; F32
@@ -35,12 +39,15 @@ Creates under OUT_DIR (each a model folder hearth can open):
   tiny-qwen2moe/        Qwen2-MoE: q/k/v biases, 8 experts of width 32 (top-2, not
                         renormalised) plus a shared expert of width 48 scaled by
                         sigmoid(shared_expert_gate); F32
-  tiny-gemma2.gguf, tiny-phi3.gguf, tiny-mixtral.gguf, tiny-qwen3moe.gguf (only when the `gguf`
-                        package is importable): the same families as llama.cpp's converter
-                        writes them (Gemma norms stored as 1 + w, GGUF names, Phi-3's LongRoPE
-                        factors as rope_factors_* tensors; Mixtral as arch "llama" with Q/K
-                        permuted for pairwise RoPE, experts stacked into 3-D ffn_*_exps tensors
-                        and the router ffn_gate_inp kept F32; Qwen3-MoE with every layer MoE)
+  tiny-gemma.gguf, tiny-gemma2.gguf, tiny-gemma3.gguf, tiny-phi3.gguf, tiny-mixtral.gguf,
+  tiny-qwen3moe.gguf (only when the `gguf` package is importable): the same families as
+                        llama.cpp's converter writes them (Gemma norms stored as 1 + w, GGUF
+                        names; Gemma 3's local RoPE base, linear scaling of the global layers,
+                        period of global layers and query scale as gemma3.* keys; Phi-3's
+                        LongRoPE factors as rope_factors_* tensors; Mixtral as arch "llama" with
+                        Q/K permuted for pairwise RoPE, experts stacked into 3-D ffn_*_exps
+                        tensors and the router ffn_gate_inp kept F32; Qwen3-MoE with every layer
+                        MoE)
 The same seed always gives byte-identical files. Only numpy is needed; the safetensors files are
 written by hand (the format is an 8-byte header length, a JSON header and raw little-endian data).
 """
@@ -72,6 +79,14 @@ QWEN2 = dict(model_type="qwen2", hidden_size=64, intermediate_size=128, num_hidd
 LLAMA3 = dict(LLAMA, rope_theta=500000.0, tie_word_embeddings=False,
               rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                             "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
+
+# Gemma 1: hidden_act "gelu" as the released configs have it (transformers reads it as the tanh
+# form, as it does hidden_activation); one KV head, head_dim * n_head == hidden_size.
+GEMMA = dict(model_type="gemma", hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+             num_attention_heads=4, num_key_value_heads=1, head_dim=16, vocab_size=256,
+             max_position_embeddings=512, rms_norm_eps=1e-6, rope_theta=10000.0,
+             hidden_act="gelu", hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+             architectures=["GemmaForCausalLM"], bos_token_id=2, eos_token_id=1)
 
 # Gemma 2: the caps are small enough to change the arithmetic (scores have a spread of ~1-3,
 # logits of ~10), the window is shorter than the test prompts, and the query scale is not
@@ -192,9 +207,10 @@ def weights(cfg, seed):
 
 
 def family_weights(cfg, seed):
-    """Hugging Face-named random weights for Gemma 2/3 and Phi-3, in each family's own layout:
+    """Hugging Face-named random weights for Gemma 1/2/3 and Phi-3, in each family's own layout:
     Gemma norms hold w (applied as 1 + w; drawn around 0 with a spread that makes 1 + w and w
-    very different), Phi-3 fuses q/k/v and gate/up."""
+    very different), Gemma 1 has only the two pre-norms per layer (post_attention_layernorm
+    before the MLP, as in Llama), Phi-3 fuses q/k/v and gate/up."""
     rng = np.random.default_rng(seed)
     mt = cfg["model_type"]
     gemma = mt.startswith("gemma")
@@ -204,25 +220,29 @@ def family_weights(cfg, seed):
     lin = lambda o, i: rng.normal(0, 1 / np.sqrt(i), (o, i))
     # Gemma: w around 0 for the pre-norms (1 + w ~ 1), around 1 for the post-norms and 1.5
     # for the output norm, so that the sub-layers weigh as much as the scaled embedding in the
-    # residual stream and the tied logits are not just "repeat the current token".
+    # residual stream and the tied logits are not just "repeat the current token". Gemma 1 has
+    # no post-norms (its post_attention_layernorm is the MLP's pre-norm, around 0 too), so its
+    # embedding is narrower instead.
     norm = ((lambda n, mu=0.0: rng.normal(mu, 0.2, (n,))) if gemma
             else (lambda n, mu=0.0: 1 + rng.normal(0, 0.02, (n,))))
-    w = {"model.embed_tokens.weight": rng.normal(0, 1.0 if not gemma else 0.3, (v, d)),
+    embed_sd = 1.0 if not gemma else 0.08 if mt == "gemma" else 0.3
+    w = {"model.embed_tokens.weight": rng.normal(0, embed_sd, (v, d)),
          "model.norm.weight": norm(d, 1.5)}
     if not cfg["tie_word_embeddings"]:
         w["lm_head.weight"] = lin(v, d)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = norm(d)
-        w[p + "post_attention_layernorm.weight"] = norm(d, 1.0)
+        w[p + "post_attention_layernorm.weight"] = norm(d, 0.0 if mt == "gemma" else 1.0)
         w[p + "self_attn.o_proj.weight"] = lin(d, nq)
         w[p + "mlp.down_proj.weight"] = lin(d, f)
         if mt == "phi3":
             w[p + "self_attn.qkv_proj.weight"] = lin(nq + 2 * nkv, d)
             w[p + "mlp.gate_up_proj.weight"] = lin(2 * f, d)
             continue
-        w[p + "pre_feedforward_layernorm.weight"] = norm(d)
-        w[p + "post_feedforward_layernorm.weight"] = norm(d, 1.0)
+        if mt != "gemma":
+            w[p + "pre_feedforward_layernorm.weight"] = norm(d)
+            w[p + "post_feedforward_layernorm.weight"] = norm(d, 1.0)
         w[p + "self_attn.q_proj.weight"] = lin(nq, d)
         w[p + "self_attn.k_proj.weight"] = lin(nkv, d)
         w[p + "self_attn.v_proj.weight"] = lin(nkv, d)
@@ -347,17 +367,23 @@ GGUF_LAYER = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
 
 
 def write_family_gguf(path, cfg, w):
-    """A Gemma 2, Phi-3, Mixtral or Qwen3-MoE GGUF as llama.cpp's converter writes it: GGUF
-    names, Gemma norms stored as 1 + w (convert_hf_to_gguf adds 1 to every "norm.weight"),
-    Phi-3's rotated dims and LongRoPE (factors as F32 tensors, the magnitude factor as
-    rope.scaling.attn_factor), Mixtral as arch llama with Q/K permuted for pairwise RoPE, each
-    layer's experts stacked into ffn_{gate,up,down}_exps ([n_expert, out, in] in numpy's order,
-    which the writer reverses into ggml's) and the router ffn_gate_inp kept F32; other
-    matrices F16, vectors F32. Needs the `gguf` package."""
+    """A Gemma 1/2/3, Phi-3, Mixtral or Qwen3-MoE GGUF as llama.cpp's converter writes it: GGUF
+    names, Gemma norms stored as 1 + w (convert_hf_to_gguf adds 1 to every "norm.weight"; Gemma
+    1's post_attention_layernorm is ffn_norm, Gemma 2/3's post_attention_norm), Gemma 3's
+    rope.freq_base_swa (the local base), rope.scaling.type/factor (the global layers' linear
+    scaling), attention.sliding_window_pattern (the period of global layers, which llama.cpp
+    otherwise takes as 6) and attention.scale (query_pre_attn_scalar^-0.5, for which llama.cpp's
+    converter has no key: GGUF readers otherwise use 1/sqrt(head_dim)), Phi-3's rotated dims and
+    LongRoPE (factors as F32 tensors, the magnitude factor as rope.scaling.attn_factor), Mixtral
+    as arch llama with Q/K permuted for pairwise RoPE, each layer's experts stacked into
+    ffn_{gate,up,down}_exps ([n_expert, out, in] in numpy's order, which the writer reverses
+    into ggml's) and the router ffn_gate_inp kept F32; other matrices F16, vectors F32. Needs
+    the `gguf` package."""
     import gguf
     import math
     mt = cfg["model_type"]
-    arch = {"gemma2": "gemma2", "phi3": "phi3", "mixtral": "llama", "qwen3_moe": "qwen3moe"}[mt]
+    arch = {"gemma": "gemma", "gemma2": "gemma2", "gemma3_text": "gemma3", "phi3": "phi3",
+            "mixtral": "llama", "qwen3_moe": "qwen3moe"}[mt]
     n_exp = cfg.get("num_local_experts", cfg.get("num_experts", 0))
     d, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     hd = cfg.get("head_dim", d // nh)
@@ -387,6 +413,15 @@ def write_family_gguf(path, cfg, w):
     if mt == "gemma2":
         wr.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
         wr.add_final_logit_softcapping(cfg["final_logit_softcapping"])
+    if mt == "gemma3_text":
+        wr.add_rope_freq_base_swa(cfg["rope_local_base_freq"])
+        rs = cfg.get("rope_scaling")
+        if rs:
+            assert rs["rope_type"] == "linear", "llama.cpp's Gemma 3 scales linearly"
+            wr.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            wr.add_rope_scaling_factor(rs["factor"])
+        wr.add_sliding_window_pattern(cfg["sliding_window_pattern"])
+        wr.add_attention_scale(cfg["query_pre_attn_scalar"] ** -0.5)
     if mt == "phi3":
         rs, orig = cfg["rope_scaling"], cfg["original_max_position_embeddings"]
         scale = cfg["max_position_embeddings"] / orig
@@ -405,7 +440,7 @@ def write_family_gguf(path, cfg, w):
             parts = hf.split(".")
             stem = ".".join(parts[3:-1])
             if stem == "post_attention_layernorm":
-                gg = "post_attention_norm" if mt.startswith("gemma") else "ffn_norm"
+                gg = "post_attention_norm" if mt in ("gemma2", "gemma3_text") else "ffn_norm"
             else:
                 gg = GGUF_LAYER[stem]
             name = f"blk.{parts[2]}.{gg}.{parts[-1]}"
@@ -426,6 +461,11 @@ def bf16_bits(a):
     """float32 → bfloat16 bit patterns (round to nearest even), as uint16."""
     u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def bf16_round(a):
+    """a rounded to bfloat16, as float32: the values a BF16 file holds."""
+    return (bf16_bits(a).astype(np.uint32) << 16).view(np.float32)
 
 
 def write_safetensors(path, tensors, metadata=None):
@@ -549,6 +589,11 @@ def main(out):
     write_folder(out, "tiny-llama3", LLAMA3, {k: ("F16", a.astype(np.float16)) for k, a in w3.items()})
     wq = weights(QWEN3, seed=99)
     write_folder(out, "tiny-qwen3", QWEN3, {k: ("BF16", bf16_bits(a)) for k, a in wq.items()})
+    gm = family_weights(GEMMA, seed=19)
+    write_folder(out, "tiny-gemma", GEMMA, {k: ("F32", a) for k, a in gm.items()})
+    write_folder(out, "tiny-gemma-mlx4", GEMMA, mlx_tensors(gm, 4, 32, "F16"),
+                 extra_cfg={"quantization": {"group_size": 32, "bits": 4}},
+                 metadata={"format": "mlx"})
     g2 = family_weights(GEMMA2, seed=21)
     write_folder(out, "tiny-gemma2", GEMMA2, {k: ("F32", a) for k, a in g2.items()})
     write_folder(out, "tiny-gemma2-mlx4", GEMMA2, mlx_tensors(g2, 4, 32, "F16"),
@@ -591,7 +636,11 @@ def main(out):
         import gguf  # noqa: F401
     except ImportError:
         return
+    write_family_gguf(os.path.join(out, "tiny-gemma.gguf"), GEMMA, gm)
     write_family_gguf(os.path.join(out, "tiny-gemma2.gguf"), GEMMA2_GGUF, family_weights(GEMMA2_GGUF, seed=21))
+    # the BF16 folder's values (the converter reads them as they are stored)
+    write_family_gguf(os.path.join(out, "tiny-gemma3.gguf"), GEMMA3,
+                      {k: bf16_round(a) for k, a in g3.items()})
     write_family_gguf(os.path.join(out, "tiny-phi3.gguf"), PHI3, p3)
     write_family_gguf(os.path.join(out, "tiny-mixtral.gguf"), MIXTRAL, mx)
     write_family_gguf(os.path.join(out, "tiny-qwen3moe.gguf"), QWEN3MOE_GGUF,
