@@ -12,9 +12,9 @@ start to first token.
 
 The decode roofline: decode reads every matmul weight once per token, so its ceiling is the
 machine's streaming read bandwidth with the same thread count (build/hx-membw, measured before
-and after the runs; the median is used) divided by the bytes of those weights (every 2-D tensor
-of the file except token_embd when the model has its own output.weight; the KV cache read per
-token is small here and left out). Both engines' decode is printed as a fraction of it.
+and after the runs; the median is used) divided by the bytes of those weights (every 2-D tensor of the file except token_embd when the
+model has its own output.weight, and the active experts' share of a mixture of experts' 3-D
+expert tensors; the KV cache read per token is small here and left out). Both engines' decode is printed as a fraction of it.
 """
 import argparse
 import json
@@ -72,11 +72,19 @@ def run_lcp(model, text, threads, gen):
 
 def matmul_bytes(model):
     """Bytes of the weights one decode step reads: every 2-D tensor, less the embedding table
-    when the output projection is a separate tensor (then the lookup reads one row)."""
+    when the output projection is a separate tensor (then the lookup reads one row), and of a
+    mixture of experts' stacked 3-D expert tensors the share of the experts a token runs."""
     from gguf import GGUFReader
     r = GGUFReader(model)
     names = {t.name for t in r.tensors}
-    return sum(int(t.n_bytes) for t in r.tensors if len(t.shape) == 2 and
+    share = 1.0
+    for f in r.fields.values():
+        if f.name.endswith(".expert_count"):
+            n_exp = int(f.parts[f.data[0]][0])
+            used = [g for g in r.fields.values() if g.name.endswith(".expert_used_count")]
+            share = int(used[0].parts[used[0].data[0]][0]) / n_exp if used else 1.0
+    return sum(int(t.n_bytes) * (share if len(t.shape) == 3 else 1) for t in r.tensors
+               if len(t.shape) in (2, 3) and
                not (t.name == "token_embd.weight" and "output.weight" in names))
 
 

@@ -22,7 +22,11 @@ SHAPES = {
     "llama-3.2-1b": (16, 2048, 8192, 32, 8, 128256, 500000.0, True),
     "llama-3.1-8b": (32, 4096, 14336, 32, 8, 128256, 500000.0, False),
     "qwen2.5-7b": (28, 3584, 18944, 28, 4, 152064, 1000000.0, False),
+    # mixtures of experts: ffn is each expert's width
+    "olmoe-1b-7b": (16, 2048, 1024, 16, 16, 50304, 10000.0, False),
 }
+# name: (architecture, experts, experts per token); the rest are "llama" without experts
+MOE = {"olmoe-1b-7b": ("olmoe", 64, 8)}
 Q = gguf.GGMLQuantizationType
 # type: (elements per block, bytes per block, byte offsets of the f16 scales, their value); the
 # K-quants' super-block scales multiply 6-bit (Q4_K) or 8-bit (Q6_K) sub-block scales
@@ -64,7 +68,11 @@ def main():
     merges = field("tokenizer.ggml.merges")
     tokens += [f"<|unused_{i}|>" for i in range(V - len(tokens))]
     ttypes += [5] * (V - len(ttypes))  # UNUSED
-    w = gguf.GGUFWriter(a.out, "llama")
+    arch, n_exp, n_used = MOE.get(a.shape, ("llama", 0, 0))
+    w = gguf.GGUFWriter(a.out, arch)
+    if n_exp:
+        w.add_expert_count(n_exp)
+        w.add_expert_used_count(n_used)
     w.add_block_count(L)
     w.add_embedding_length(d)
     w.add_feed_forward_length(f)
@@ -92,9 +100,21 @@ def main():
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", ones)
         w.add_tensor(p + "ffn_norm.weight", ones)
-        for name, rows, cols in [("attn_q", h * hd, d), ("attn_k", kv * hd, d),
-                                 ("attn_v", kv * hd, d), ("attn_output", d, h * hd),
-                                 ("ffn_gate", f, d), ("ffn_up", f, d), ("ffn_down", d, f)]:
+        mats = [("attn_q", h * hd, d), ("attn_k", kv * hd, d), ("attn_v", kv * hd, d),
+                ("attn_output", d, h * hd)]
+        if n_exp:  # OLMoE: q/k norms over the whole projection; F32 router; stacked experts
+            w.add_tensor(p + "attn_q_norm.weight", np.ones(h * hd, dtype=np.float32))
+            w.add_tensor(p + "attn_k_norm.weight", np.ones(kv * hd, dtype=np.float32))
+            w.add_tensor(p + "ffn_gate_inp.weight",
+                         rng.standard_normal((n_exp, d), dtype=np.float32) * 0.02)
+            for name, rows, cols in [("ffn_gate_exps", f, d), ("ffn_up_exps", f, d),
+                                     ("ffn_down_exps", d, f)]:
+                t = big if name == "ffn_down_exps" and i % 2 == 0 else qt
+                b = random_blocks(rng, n_exp * rows, cols, t).reshape(n_exp, rows, -1)
+                w.add_tensor(p + name + ".weight", b, raw_dtype=t)
+        else:
+            mats += [("ffn_gate", f, d), ("ffn_up", f, d), ("ffn_down", d, f)]
+        for name, rows, cols in mats:
             t = big if name in ("attn_v", "ffn_down") and i % 2 == 0 else qt
             w.add_tensor(p + name + ".weight", random_blocks(rng, rows, cols, t), raw_dtype=t)
     w.write_header_to_file()
