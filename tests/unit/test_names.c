@@ -69,6 +69,13 @@ static int test_expert_tensors_keep_their_index(void)
     CHECK_STR(out, "blk.0.ffn_up.15.weight");
     CHECK_EQ(map("qwen3moe", "model.layers.0.mlp.gate.weight", out), 0);
     CHECK_STR(out, "blk.0.ffn_gate_inp.weight");
+    /* mlx_lm stacks a layer's experts in one tensor per projection, as GGUF does */
+    CHECK_EQ(map("mixtral", "model.layers.2.block_sparse_moe.switch_mlp.down_proj.scales", out), 0);
+    CHECK_STR(out, "blk.2.ffn_down_exps.scales");
+    CHECK_EQ(map("qwen3moe", "model.layers.9.mlp.switch_mlp.gate_proj.weight", out), 0);
+    CHECK_STR(out, "blk.9.ffn_gate_exps.weight");
+    CHECK_EQ(map("qwen2moe", "model.layers.1.mlp.shared_expert_gate.weight", out), 0);
+    CHECK_STR(out, "blk.1.ffn_gate_inp_shexp.weight");
     return 0;
 }
 
