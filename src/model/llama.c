@@ -125,15 +125,33 @@ void hx_rope_init(const hx_hparams *hp, int32_t n_rot, const hx_tensor *freq_fac
     }
 }
 
-/* The seven matmul weights of layer L, as slots prepare_weights rebinds. */
-#define LAYER_MATMULS(L) {&(L)->wq, &(L)->wk, &(L)->wv, &(L)->wo, &(L)->w_gate, &(L)->w_up, \
-                          &(L)->w_down}
+/* Calls fn on every matmul weight slot of m, stopping at the first failure: each layer's
+ * attention and dense MLP (NULL in a mixture-of-experts layer), its router, shared expert and
+ * experts (NULL in a dense layer), then the output projection. */
+typedef hx_status (*slot_fn)(const hx_llm *m, const hx_tensor **slot, hx_err *err);
 
-/* Hands every matmul weight to the backend once (it may repack it, backend.h `weight`); the
+static hx_status each_matmul(hx_llm *m, slot_fn fn, hx_err *err)
+{
+    hx_status st = HX_OK;
+    for (int i = 0; i < m->hp.n_layer && st == HX_OK; i++) {
+        hx_layer         *L = &m->layers[i];
+        const hx_tensor **ws[] = {&L->wq,     &L->wk,          &L->wv,         &L->wo,
+                                  &L->w_gate, &L->w_up,        &L->w_down,     &L->router,
+                                  &L->moe.sh_gate, &L->moe.sh_up, &L->moe.sh_down};
+        for (size_t j = 0; j < HX_COUNTOF(ws) && st == HX_OK; j++) st = fn(m, ws[j], err);
+        for (int32_t e = 0; e < L->moe.n_expert && st == HX_OK; e++)
+            if ((st = fn(m, &L->moe.gate[e], err)) == HX_OK &&
+                (st = fn(m, &L->moe.up[e], err)) == HX_OK)
+                st = fn(m, &L->moe.down[e], err);
+    }
+    return st == HX_OK ? fn(m, &m->output, err) : st;
+}
+
+/* Hands a matmul weight to the backend once (it may repack it, backend.h `weight`); the
  * embedding lookup keeps the file's tensor even when the output projection shares it. */
 static hx_status prepare(const hx_llm *m, const hx_tensor **slot, hx_err *err)
 {
-    if (!*slot) return HX_OK; /* the dense MLP of a mixture-of-experts layer */
+    if (!*slot) return HX_OK;
     const hx_tensor *t = m->be->weight(m->be, *slot, err);
     if (!t) return HX_E_NOMEM;
     if (t != *slot) hx_model_files_drop(m->mf, *slot); /* read once; the copy is used now */
@@ -141,66 +159,12 @@ static hx_status prepare(const hx_llm *m, const hx_tensor **slot, hx_err *err)
     return HX_OK;
 }
 
-/* The matmul weights of layer L's mixture of experts: the router, the shared expert and each
- * expert's three (n at most 4 + 3 * n_expert). */
-static size_t moe_matmuls(hx_layer *L, const hx_tensor ***ws)
+/* Gives back a prepared copy (one the backend made; file tensors have none). */
+static hx_status release(const hx_llm *m, const hx_tensor **slot, hx_err *err)
 {
-    if (!L->router) return 0;
-    size_t n = 0;
-    ws[n++] = &L->router;
-    ws[n++] = &L->moe.sh_gate;
-    ws[n++] = &L->moe.sh_up;
-    ws[n++] = &L->moe.sh_down;
-    for (int32_t e = 0; e < L->moe.n_expert; e++) {
-        ws[n++] = &L->moe.gate[e];
-        ws[n++] = &L->moe.up[e];
-        ws[n++] = &L->moe.down[e];
-    }
-    return n;
-}
-
-static hx_status prepare_weights(hx_llm *m, hx_err *err)
-{
-    const hx_tensor ***ex = m->hp.n_expert > 0
-                                ? hx_alloc((4 + 3 * (size_t)m->hp.n_expert) * sizeof *ex)
-                                : NULL;
-    if (m->hp.n_expert > 0 && !ex) return hx_err_set(err, HX_E_NOMEM, "out of memory");
-    hx_status st = HX_OK;
-    for (int i = 0; i < m->hp.n_layer && st == HX_OK; i++) {
-        const hx_tensor **ws[] = LAYER_MATMULS(&m->layers[i]);
-        for (size_t j = 0; j < HX_COUNTOF(ws) && st == HX_OK; j++) st = prepare(m, ws[j], err);
-        const size_t n = ex ? moe_matmuls(&m->layers[i], ex) : 0;
-        for (size_t j = 0; j < n && st == HX_OK; j++) st = prepare(m, ex[j], err);
-    }
-    hx_free(ex);
-    return st != HX_OK ? st : prepare(m, &m->output, err);
-}
-
-static void release(const hx_llm *m, const hx_tensor *t)
-{
-    if (t && t->prepared) m->be->weight_release(m->be, t);
-}
-
-/* Gives back the prepared copies (those the backend made; file tensors have none). */
-static void release_weights(hx_llm *m)
-{
-    if (!m->layers) return;
-    for (int i = 0; i < m->hp.n_layer; i++) {
-        hx_layer         *L = &m->layers[i];
-        const hx_tensor **ws[] = LAYER_MATMULS(L);
-        for (size_t j = 0; j < HX_COUNTOF(ws); j++) release(m, *ws[j]);
-        if (!L->router) continue;
-        release(m, L->router);
-        release(m, L->moe.sh_gate);
-        release(m, L->moe.sh_up);
-        release(m, L->moe.sh_down);
-        for (int32_t e = 0; e < L->moe.n_expert && L->moe.gate; e++) {
-            release(m, L->moe.gate[e]);
-            release(m, L->moe.up[e]);
-            release(m, L->moe.down[e]);
-        }
-    }
-    release(m, m->output);
+    (void)err;
+    if (*slot && (*slot)->prepared) m->be->weight_release(m->be, *slot);
+    return HX_OK;
 }
 
 /* The family switches that are not in the files' tensors: Gemma's embedding scale and GeGLU
@@ -331,7 +295,7 @@ hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok,
     for (int i = 0; i < hp->n_layer; i++)
         if ((st = bind_layer(m, i, err)) != HX_OK) goto fail;
     if (hp->norm_plus_one && (st = hx_model_fold_norms(m, err)) != HX_OK) goto fail;
-    if ((st = prepare_weights(m, err)) != HX_OK) goto fail;
+    if ((st = each_matmul(m, prepare, err)) != HX_OK) goto fail;
     if ((st = hx_model_rope_setup(m, err)) != HX_OK) goto fail;
 
     hp = &m->hp; /* binding the experts may have completed it */
@@ -375,7 +339,7 @@ void hx_llm_close(hx_llm *m)
                      m->moe_work};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(be, bufs[i]);
-    release_weights(m);
+    if (m->layers) (void)each_matmul(m, release, NULL);
     hx_free(m->inv_freq);
     hx_free(m->inv_freq_swa);
     hx_free(m->folded);

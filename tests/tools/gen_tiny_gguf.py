@@ -53,12 +53,6 @@ def q4_k(w):
     return out.reshape(rows, -1)
 
 
-def permute(w, n_head):
-    """llama.cpp's Q/K permutation: HF rotates halves of each head, GGUF Llama adjacent pairs."""
-    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
-            .swapaxes(1, 2).reshape(w.shape))
-
-
 def write(path, arch, cfg, w, qtype, pairs, split=0):
     """split > 0: gguf-split's form, NAME-0000k-of-0000n.gguf of at most `split` tensors each."""
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight":
@@ -68,19 +62,8 @@ def write(path, arch, cfg, w, qtype, pairs, split=0):
            "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
            "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
            "mlp.down_proj": "ffn_down"}
-    hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
     wr = gguf.GGUFWriter(path, arch, split_max_tensors=split)
-    wr.add_block_count(cfg["num_hidden_layers"])
-    wr.add_embedding_length(cfg["hidden_size"])
-    wr.add_feed_forward_length(cfg["intermediate_size"])
-    wr.add_head_count(cfg["num_attention_heads"])
-    wr.add_head_count_kv(cfg["num_key_value_heads"])
-    wr.add_key_length(hd)
-    wr.add_value_length(hd)
-    wr.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    wr.add_rope_freq_base(cfg["rope_theta"])
-    wr.add_context_length(cfg["max_position_embeddings"])
-    wr.add_vocab_size(cfg["vocab_size"])
+    tm.add_base_keys(wr, cfg)
     for hf in sorted(w):
         a = w[hf]
         if hf in names:
@@ -90,9 +73,9 @@ def write(path, arch, cfg, w, qtype, pairs, split=0):
             stem, kind = ".".join(parts[3:-1]), parts[-1]
             name = f"blk.{parts[2]}.{per[stem]}.{kind}"
         if pairs and name.endswith("attn_q.weight"):
-            a = permute(a, cfg["num_attention_heads"])
+            a = tm.permute_qk(a, cfg["num_attention_heads"])
         if pairs and name.endswith("attn_k.weight"):
-            a = permute(a, cfg["num_key_value_heads"])
+            a = tm.permute_qk(a, cfg["num_key_value_heads"])
         a = a.astype(np.float32)
         if a.ndim == 1 or qtype == Q.F32:
             wr.add_tensor(name, a)

@@ -346,7 +346,7 @@ def stacked_experts(w):
 
 def permute_qk(w, n_head):
     """llama.cpp's Q/K row permutation for arch llama: Hugging Face rotates the two halves of
-    each head, GGUF Llama rotates adjacent pairs."""
+    each head, GGUF Llama rotates adjacent pairs (also gen_tiny_gguf.py)."""
     return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
             .swapaxes(1, 2).reshape(w.shape))
 
@@ -364,6 +364,22 @@ GGUF_LAYER = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
               "block_sparse_moe.switch_mlp.down_proj": "ffn_down_exps",
               "mlp.switch_mlp.gate_proj": "ffn_gate_exps", "mlp.switch_mlp.up_proj": "ffn_up_exps",
               "mlp.switch_mlp.down_proj": "ffn_down_exps"}
+
+
+def add_base_keys(wr, cfg):
+    """The GGUF metadata every family has, from a config.json dict (also gen_tiny_gguf.py)."""
+    hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    wr.add_block_count(cfg["num_hidden_layers"])
+    wr.add_embedding_length(cfg["hidden_size"])
+    wr.add_feed_forward_length(cfg["intermediate_size"])
+    wr.add_head_count(cfg["num_attention_heads"])
+    wr.add_head_count_kv(cfg["num_key_value_heads"])
+    wr.add_key_length(hd)
+    wr.add_value_length(hd)
+    wr.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    wr.add_rope_freq_base(cfg["rope_theta"])
+    wr.add_context_length(cfg["max_position_embeddings"])
+    wr.add_vocab_size(cfg["vocab_size"])
 
 
 def write_family_gguf(path, cfg, w):
@@ -385,20 +401,9 @@ def write_family_gguf(path, cfg, w):
     arch = {"gemma": "gemma", "gemma2": "gemma2", "gemma3_text": "gemma3", "phi3": "phi3",
             "mixtral": "llama", "qwen3_moe": "qwen3moe"}[mt]
     n_exp = cfg.get("num_local_experts", cfg.get("num_experts", 0))
-    d, nh = cfg["hidden_size"], cfg["num_attention_heads"]
-    hd = cfg.get("head_dim", d // nh)
+    hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
     wr = gguf.GGUFWriter(path, arch)
-    wr.add_block_count(cfg["num_hidden_layers"])
-    wr.add_embedding_length(d)
-    wr.add_feed_forward_length(cfg["intermediate_size"])
-    wr.add_head_count(nh)
-    wr.add_head_count_kv(cfg["num_key_value_heads"])
-    wr.add_key_length(hd)
-    wr.add_value_length(hd)
-    wr.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    wr.add_rope_freq_base(cfg["rope_theta"])
-    wr.add_context_length(cfg["max_position_embeddings"])
-    wr.add_vocab_size(cfg["vocab_size"])
+    add_base_keys(wr, cfg)
     if cfg.get("sliding_window"):
         wr.add_sliding_window(cfg["sliding_window"])
     if n_exp:
