@@ -291,7 +291,7 @@ static void llm_scratch(const hx_hparams *hp, int64_t T, int32_t n_batch, uint64
     const uint64_t dq = d > qd ? d : qd;
     const uint64_t rows = t * f * (d + 2 * dq + 2 * kvd + 2 * (uint64_t)hp->d_ff);
     /* Mixture of experts: the router's logits and the moe op's work buffer (hx_llm_open). */
-    const int64_t d_ff_moe = hp->d_ff_exp > hp->d_ff_shexp ? hp->d_ff_exp : hp->d_ff_shexp;
+    const int64_t d_ff_moe = hx_llm_moe_width(hp);
     const uint64_t moe = hp->n_expert > 0
                              ? t * (uint64_t)hp->n_expert * f +
                                    (uint64_t)hx_moe_work_floats(T, (int64_t)d, d_ff_moe,
@@ -320,11 +320,8 @@ static void llm_scratch(const hx_hparams *hp, int64_t T, int32_t n_batch, uint64
 static void backend_scratch(const hx_hparams *hp, int64_t T, int32_t n_threads, uint64_t *reserved,
                             uint64_t *touched)
 {
-    const int64_t d = hp->d_model, qd = (int64_t)hp->n_head * hp->d_head;
-    int64_t n_in = d > qd ? d : qd; /* the widest matmul input */
-    if (hp->d_ff > n_in) n_in = hp->d_ff;
-    if (hp->n_expert > 0 && hp->d_ff_exp > n_in) n_in = hp->d_ff_exp;
-    if (hp->n_expert > 0 && hp->d_ff_shexp > n_in) n_in = hp->d_ff_shexp;
+    const int64_t qd = (int64_t)hp->n_head * hp->d_head;
+    const int64_t n_in = hx_llm_widest_input(hp);
     const int64_t widest = n_in > hp->n_vocab ? n_in : hp->n_vocab; /* hx_llm_open's reserve */
     const int64_t act_n = (widest + HX_ACT_BLOCK - 1) / HX_ACT_BLOCK * HX_ACT_BLOCK;
     const int64_t in_n = (n_in + HX_ACT_BLOCK - 1) / HX_ACT_BLOCK * HX_ACT_BLOCK;

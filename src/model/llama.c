@@ -248,6 +248,20 @@ static hx_status bind_layer(hx_llm *m, int i, hx_err *err)
     return HX_OK;
 }
 
+int64_t hx_llm_moe_width(const hx_hparams *hp)
+{
+    if (hp->n_expert <= 0) return 0;
+    return hp->d_ff_exp > hp->d_ff_shexp ? hp->d_ff_exp : hp->d_ff_shexp;
+}
+
+int64_t hx_llm_widest_input(const hx_hparams *hp)
+{
+    const int64_t qd = (int64_t)hp->n_head * hp->d_head, moe = hx_llm_moe_width(hp);
+    int64_t       w = hp->d_model > qd ? hp->d_model : qd;
+    if (hp->d_ff > w) w = hp->d_ff;
+    return moe > w ? moe : w;
+}
+
 hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok, hx_llm **out,
                       hx_err *err)
 {
@@ -299,10 +313,8 @@ hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok,
     if ((st = hx_model_rope_setup(m, err)) != HX_OK) goto fail;
 
     hp = &m->hp; /* binding the experts may have completed it */
-    const int64_t d_ff_moe = hp->d_ff_exp > hp->d_ff_shexp ? hp->d_ff_exp : hp->d_ff_shexp;
-    int64_t widest = d > qd ? d : qd;
-    if (hp->d_ff > widest) widest = hp->d_ff;
-    if (hp->n_expert > 0 && d_ff_moe > widest) widest = d_ff_moe;
+    const int64_t d_ff_moe = hx_llm_moe_width(hp);
+    int64_t widest = hx_llm_widest_input(hp);
     if (hp->n_vocab > widest) widest = hp->n_vocab;
     if ((st = be->reserve(be, widest, max_tok, err)) != HX_OK) goto fail;
     const size_t T = (size_t)max_tok, f = sizeof(float);

@@ -76,6 +76,12 @@ typedef struct hx_llm {
  * general.architecture; config.json model_type maps onto them): a NULL-terminated list. */
 const char *const *hx_llm_architectures(void);
 
+/* The widest input a matmul of a step takes (d_model, n_head * d_head, d_ff, and a mixture's
+ * expert widths), and the width the moe op's work buffer is sized for (0 for a dense model).
+ * hx_llm_open sizes its buffers by them; engine/fit.c predicts those buffers with them. */
+int64_t hx_llm_widest_input(const hx_hparams *hp);
+int64_t hx_llm_moe_width(const hx_hparams *hp);
+
 /* Binds mf's weights for inference on be with steps of up to max_tok rows. Fails with
  * HX_E_UNSUPPORTED naming the architecture when the family has no forward pass, or
  * HX_E_FORMAT naming the missing tensor. */
