@@ -512,23 +512,17 @@ static int test_pmatmul_ref_matches_definition(void)
     return 0;
 }
 
-/* ---- the VNNI kernel against the reference ---- */
+/* ---- the SIMD kernels against the reference ---- */
 
 #if defined(__x86_64__)
-static bool cpu_has_vnni(void)
-{
-    const unsigned need = HX_ISA_AVX512 | HX_ISA_AVX512VNNI;
-    return (hx_cpu_isa() & need) == need;
-}
-#endif
+static bool cpu_has(unsigned need) { return (hx_cpu_isa() & need) == need; }
+static bool cpu_has_vnni(void) { return cpu_has(HX_ISA_AVX512 | HX_ISA_AVX512VNNI); }
 
-static int test_pmatmul_avx512vnni_matches_reference(void)
+/* Kernel fn against the reference on every packed format, odd row counts, partial group and row
+ * ranges, one and two terms: within 1e-6 of sum|w x| per output, nothing written outside the
+ * range asked for. */
+static int check_kernel_matches_reference(const char *name, hx_pmatmul_fn fn)
 {
-#if defined(__x86_64__)
-    if (!cpu_has_vnni()) {
-        printf("skip: this CPU lacks AVX-512 VNNI (hx_pmatmul_avx512vnni not run)\n");
-        return 0;
-    }
     enum { N_OUT = 37 };
     static const int64_t rows[] = { 1, 2, 3, 4, 5, 9 };
     for (size_t k = 0; k < HX_COUNTOF(mat_shapes); k++) {
@@ -554,7 +548,7 @@ static int test_pmatmul_avx512vnni_matches_reference(void)
                     const int64_t g0 = rng[gi][0], g1 = rng[gi][1], r0 = rng[gi][2],
                                   r1 = rng[gi][3];
                     float *want = run_pmatmul(hx_pmatmul_ref, &p, g0, g1, &a, two, r0, r1);
-                    float *got = run_pmatmul(hx_pmatmul_avx512vnni, &p, g0, g1, &a, two, r0, r1);
+                    float *got = run_pmatmul(fn, &p, g0, g1, &a, two, r0, r1);
                     for (int64_t r = 0; r < n_rows; r++)
                         for (int64_t o = 0; o < ld; o++) {
                             const float g = got[r * ld + o], e = want[r * ld + o];
@@ -585,16 +579,41 @@ static int test_pmatmul_avx512vnni_matches_reference(void)
                 }
             free_acts(&a);
         }
-        printf("  %s n_in=%lld: max |vnni - ref| / sum|w x| = %.2e, %lld of %lld cells "
-               "bit-identical\n", hx_dtypes[dt].name, (long long)n_in, worst,
+        printf("  %s %s n_in=%lld: max |kernel - ref| / sum|w x| = %.2e, %lld of %lld cells "
+               "bit-identical\n", name, hx_dtypes[dt].name, (long long)n_in, worst,
                (long long)n_same_bits, (long long)n_cells);
         free(wrows);
         free(p.data);
         free((void *)w.data);
     }
     return 0;
+}
+#endif
+
+static int test_pmatmul_avx512vnni_matches_reference(void)
+{
+#if defined(__x86_64__)
+    if (!cpu_has_vnni()) {
+        printf("skip: this CPU lacks AVX-512 VNNI (hx_pmatmul_avx512vnni not run)\n");
+        return 0;
+    }
+    return check_kernel_matches_reference("avx512vnni", hx_pmatmul_avx512vnni);
 #else
     printf("skip: not an x86-64 build (no hx_pmatmul_avx512vnni)\n");
+    return 0;
+#endif
+}
+
+static int test_pmatmul_avx2_matches_reference(void)
+{
+#if defined(__x86_64__)
+    if (!cpu_has(HX_ISA_AVX2)) {
+        printf("skip: this CPU lacks AVX2 (hx_pmatmul_avx2 not run)\n");
+        return 0;
+    }
+    return check_kernel_matches_reference("avx2", hx_pmatmul_avx2);
+#else
+    printf("skip: not an x86-64 build (no hx_pmatmul_avx2)\n");
     return 0;
 #endif
 }
@@ -685,21 +704,23 @@ static int test_k_quant_sums_exact_at_their_bounds(void)
 
 /* ---- selection ---- */
 
-/* Packing pays only with VNNI: every mask without both AVX-512 bits gives NULL, a mask with them
- * gives the VNNI kernel (x86-64 builds), and so does this CPU's mask exactly when it has both. */
-static int test_pmatmul_select_needs_vnni(void)
+/* VNNI where a mask has both AVX-512 bits, else AVX2 where it has AVX2 (x86-64 builds), else
+ * NULL; this CPU's mask gets what it has. */
+static int test_pmatmul_select_best_kernel(void)
 {
     CHECK(hx_pmatmul_select(0) == NULL);
-    CHECK(hx_pmatmul_select(HX_ISA_AVX2) == NULL);
-    CHECK(hx_pmatmul_select(HX_ISA_AVX2 | HX_ISA_AVX512) == NULL);
-    CHECK(hx_pmatmul_select(HX_ISA_AVX2 | HX_ISA_AVXVNNI) == NULL);
     CHECK(hx_pmatmul_select(HX_ISA_NEON | HX_ISA_NEON_DOT) == NULL);
 #if defined(__x86_64__)
-    const hx_pmatmul_fn vnni = hx_pmatmul_avx512vnni;
+    const hx_pmatmul_fn vnni = hx_pmatmul_avx512vnni, avx2 = hx_pmatmul_avx2;
+    CHECK(hx_pmatmul_select(HX_ISA_AVX2) == avx2);
+    CHECK(hx_pmatmul_select(HX_ISA_AVX2 | HX_ISA_AVX512) == avx2);
+    CHECK(hx_pmatmul_select(HX_ISA_AVX2 | HX_ISA_AVXVNNI) == avx2);
     CHECK(hx_pmatmul_select(HX_ISA_AVX512 | HX_ISA_AVX512VNNI) == vnni);
     CHECK(hx_pmatmul_select(HX_ISA_AVX2 | HX_ISA_AVX512 | HX_ISA_AVX512VNNI) == vnni);
-    CHECK(hx_pmatmul_select(hx_cpu_isa()) == (cpu_has_vnni() ? vnni : NULL));
+    CHECK(hx_pmatmul_select(hx_cpu_isa()) ==
+          (cpu_has_vnni() ? vnni : cpu_has(HX_ISA_AVX2) ? avx2 : NULL));
 #else
+    CHECK(hx_pmatmul_select(HX_ISA_AVX2) == NULL);
     CHECK(hx_pmatmul_select(hx_cpu_isa()) == NULL);
 #endif
     return 0;
@@ -785,8 +806,9 @@ static const check_case cases[] = {
     { "act_sums_equal_scaled_code_sums", test_act_sums_equal_scaled_code_sums },
     { "pmatmul_ref_matches_definition", test_pmatmul_ref_matches_definition },
     { "pmatmul_avx512vnni_matches_reference", test_pmatmul_avx512vnni_matches_reference },
+    { "pmatmul_avx2_matches_reference", test_pmatmul_avx2_matches_reference },
     { "k_quant_sums_exact_at_their_bounds", test_k_quant_sums_exact_at_their_bounds },
-    { "pmatmul_select_needs_vnni", test_pmatmul_select_needs_vnni },
+    { "pmatmul_select_best_kernel", test_pmatmul_select_best_kernel },
     { "two_term_near_f32_and_beats_one_term", test_two_term_near_f32_and_beats_one_term },
 };
 CHECK_MAIN(cases)

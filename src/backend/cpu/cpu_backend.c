@@ -209,7 +209,7 @@ static void cpu_embed(hx_backend *be, const hx_tensor *w, const int32_t *ids, in
 }
 
 /* ---- matmul ----
- * Weights the backend repacked at load (packed.h: Q4_0/Q4_1/Q8_0/Q4_K/Q6_K on VNNI CPUs) take
+ * Weights the backend repacked at load (packed.h: Q4_0/Q4_1/Q8_0/Q4_K/Q6_K on AVX2 or VNNI CPUs) take
  * the packed path, two-term int8 activations at every row count (matmul_packed_task below).
  * Other weights take one of four paths, picked per call; the first two are the default and
  * both are exact to within

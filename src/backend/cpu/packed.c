@@ -278,6 +278,7 @@ hx_pmatmul_fn hx_pmatmul_select(unsigned isa)
 #if defined(__x86_64__)
     const unsigned vnni = HX_ISA_AVX512 | HX_ISA_AVX512VNNI;
     if ((isa & vnni) == vnni) return hx_pmatmul_avx512vnni;
+    if (isa & HX_ISA_AVX2) return hx_pmatmul_avx2;
 #endif
     (void)isa;
     return NULL;

@@ -1,4 +1,5 @@
-/* packed.h - weights repacked once at load into 16-row interleaved blocks for the VNNI matmul.
+/* packed.h - weights repacked once at load into 16-row interleaved blocks for the int8 matmul
+ * (AVX-512 VNNI, or AVX2's vpmaddubsw on CPUs without it).
  *
  * Why: the file layouts keep each weight row's blocks together, so a dot kernel reduces one
  * output at a time and pays per block a scale broadcast, a conversion and a horizontal combine
@@ -136,16 +137,26 @@ typedef void (*hx_pmatmul_fn)(const hx_packed *p, int64_t g0, int64_t g1, const 
                               const hx_act *x2, const float *s, int64_t r0, int64_t r1,
                               float *out, int64_t ld_out);
 
-/* The scalar definition, and the AVX-512 VNNI kernel (x86-64 builds only). */
+/* The scalar definition, the AVX-512 VNNI kernel and the AVX2 kernel (x86-64 builds only). The
+ * AVX2 kernel (vpmaddubsw + vpmaddwd, packed_avx2.c) takes Q4_0/Q4_1/Q8_0 itself and hands the
+ * K-quants to hx_pmatmul_k_avx2 (packed_k_avx2.c); its Q8_0 sums the signed codes (u ^ 0x80)
+ * directly instead of folding out k = -128, since vpmaddubsw would saturate on 255 * 127 * 2, so
+ * its Q8_0 bits may differ from the reference's by a rounding. */
 void hx_pmatmul_ref(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x,
                     const hx_act *x2, const float *s, int64_t r0, int64_t r1, float *out,
                     int64_t ld_out);
 void hx_pmatmul_avx512vnni(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x,
                            const hx_act *x2, const float *s, int64_t r0, int64_t r1, float *out,
                            int64_t ld_out);
+void hx_pmatmul_avx2(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x,
+                     const hx_act *x2, const float *s, int64_t r0, int64_t r1, float *out,
+                     int64_t ld_out);
+void hx_pmatmul_k_avx2(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x,
+                       const hx_act *x2, const float *s, int64_t r0, int64_t r1, float *out,
+                       int64_t ld_out);
 
-/* The best packed matmul for ISA mask isa, or NULL where packing does not pay (no VNNI: the
- * file-layout kernels are used instead). */
+/* The best packed matmul for ISA mask isa: AVX-512 VNNI, else AVX2; NULL where neither applies
+ * (the file-layout kernels are used instead). */
 hx_pmatmul_fn hx_pmatmul_select(unsigned isa);
 
 #endif

@@ -1,0 +1,357 @@
+/* packed_k_avx2.c - the packed (16-row interleaved) matmul with AVX2 for Q4_K and Q6_K (packed.h);
+ * packed_avx2.c takes Q4_0/Q4_1/Q8_0 and hands these two formats here.
+ *
+ * The same computation as packed_avx512.c's tile_q4k/tile_q6k and in the same float order as the
+ * reference (packed.c dot_k), so the results are normally bit-identical to it. AVX2 has no
+ * vpdpbusd: its integer dot is vpmaddubsw (unsigned code x signed activation, adjacent pairs
+ * summed into int16, saturating) then vpmaddwd by ones (int16 pairs into int32). A 64-byte code
+ * chunk is two ymm, rows 0-7 and rows 8-15 of the group ("halves"), and one vpmaddubsw against
+ * a row's 4 activation bytes broadcast leaves each output's 4 products in two int16 lanes.
+ * Saturation bounds the int16 sums: a Q4_K pair is at most 2 * 15 * 127 = 3810, so a sub-block's
+ * 8 vpmaddubsw add up in int16 (<= 30480) before one vpmaddwd; a Q6_K pair is at most
+ * 2 * 63 * 127 = 16002, so only 2 may be added (<= 32004) before each vpmaddwd.
+ *
+ * Registers: 16 ymm. One activation row (decode) runs both halves in one pass over the codes,
+ * so the column streams in once; Q4_K then takes one nibble (one sub-block) at a time, loading
+ * each chunk twice from L1, which keeps the int16 sums at 2 halves x 2 terms. Several rows
+ * (prefill, up to RT at once) run one half at a time, so RT rows x 2 terms of sums fit; the
+ * second half's pass finds the group's codes in L1/L2.
+ *
+ * Napkin math (one row, two terms, per super-block column of a group): Q4_K, 2368 bytes: 256
+ * vpmaddubsw + 256 int16 adds + 32 vpmaddwd, 128 code loads + 192 unpack ops, 128 broadcasts,
+ * ~100 float ops: ~1000 ops, ~300 cycles at 3-4 a cycle, ~8 bytes a cycle. Q6_K, 3392 bytes: the
+ * same 256 vpmaddubsw but 128 int16 adds + 128 vpmaddwd + 128 int32 adds, 192 loads, ~256 ops to
+ * assemble the 6-bit codes from ql and qh, ~200 float ops for its 16 sub-blocks: ~1300 ops,
+ * ~10 bytes a cycle. Both are above a core's share of DRAM bandwidth with both cores busy. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels_int.h"
+#include "packed.h"
+
+#define AI static inline __attribute__((always_inline))
+
+enum { RT = 4 };
+enum { PF = 8192 }; /* software prefetch distance, as packed_avx512.c measured */
+
+/* The 4 activation bytes q[0..4) broadcast to every lane. */
+AI __m256i bc4(const int8_t *q)
+{
+    int32_t v;
+    memcpy(&v, q, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* Prefetches a block column's worth of bytes PF ahead of col into L2. The addresses are integers
+ * because they may pass the end of the data. */
+AI void prefetch_col(const unsigned char *col, size_t col_bytes, uintptr_t end)
+{
+    for (uintptr_t a = (uintptr_t)col + PF; a < (uintptr_t)col + PF + col_bytes; a += 64)
+        if (a < end) _mm_prefetch((const char *)a, _MM_HINT_T2);
+}
+
+/* The 8 bytes at p (one half's unsigned Q4_K scales or mins) as floats. */
+AI __m256 u8_ps(const unsigned char *p)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)p)));
+}
+
+/* The 8 bytes at p (one half's signed Q6_K scales) as floats. */
+AI __m256 i8_ps(const unsigned char *p)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const void *)p)));
+}
+
+/* The 8 f16 at p (one half's d or dmin) as floats. */
+AI __m256 f16_ps(const unsigned char *p)
+{
+    return _mm256_cvtph_ps(_mm_load_si128((const void *)p));
+}
+
+/* ---- Q4_K ----
+ * Chunk k of chunk group c (8 chunks) holds sub-blocks 2c (low nibbles) and 2c + 1 (high
+ * nibbles); per sub-block n of the pair, row, half and term, one int16 sum 8 vpmaddubsw deep,
+ * then one vpmaddwd, 256 S1 + S2 in int32 and one conversion. The min term needs no codes and is
+ * summed after them. nr, h0, nh and two are constants after inlining; acc[t][h] lane l is output
+ * 8h + l of the group against row t. */
+AI void tile_q4k(const hx_packed *p, const unsigned char *grp, const int8_t *const q1[RT],
+                 const int8_t *const q2[RT], const float *const dx[RT], const float *const s[RT],
+                 const int nr, const int h0, const int nh, const bool two, __m256 acc[RT][2])
+{
+    const int64_t n_col = p->n_in / HX_K_N;
+    const uintptr_t end = (uintptr_t)p->data + (size_t)p->n_groups * p->group_bytes;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    for (int t = 0; t < nr; t++)
+        for (int h = h0; h < h0 + nh; h++) acc[t][h] = _mm256_setzero_ps();
+    for (int64_t col_i = 0; col_i < n_col; col_i++) {
+        const unsigned char *col = grp + (size_t)col_i * HX_PACK_Q4K_COL;
+        if (h0 == 0) prefetch_col(col, HX_PACK_Q4K_COL, end);
+        __m256 fs[RT][2], fm[RT][2];
+        for (int t = 0; t < nr; t++)
+            for (int h = h0; h < h0 + nh; h++) fs[t][h] = fm[t][h] = _mm256_setzero_ps();
+        for (int c = 0; c < 4; c++) {
+            const unsigned char *cb = col + HX_PACK_K_CODES + 512 * c;
+#pragma GCC unroll 2
+            for (int n = 0; n < 2; n++) {
+                const int j = 2 * c + n;
+                const int64_t e = HX_K_N * col_i + 32 * j; /* first element of sub-block j */
+                __m256i a1[RT][2], a2[RT][2];
+                for (int t = 0; t < nr; t++)
+                    for (int h = h0; h < h0 + nh; h++)
+                        a1[t][h] = a2[t][h] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; k++)
+                    for (int h = h0; h < h0 + nh; h++) {
+                        const __m256i v = _mm256_load_si256((const void *)(cb + 64 * k + 32 * h));
+                        const __m256i u = n == 0
+                                              ? _mm256_and_si256(v, m4)
+                                              : _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                        for (int t = 0; t < nr; t++) {
+                            a1[t][h] = _mm256_add_epi16(
+                                a1[t][h], _mm256_maddubs_epi16(u, bc4(q1[t] + e + 4 * k)));
+                            if (two)
+                                a2[t][h] = _mm256_add_epi16(
+                                    a2[t][h], _mm256_maddubs_epi16(u, bc4(q2[t] + e + 4 * k)));
+                        }
+                    }
+                for (int h = h0; h < h0 + nh; h++) {
+                    const __m256 sc = u8_ps(col + HX_PACK_Q4K_SC + 16 * j + 8 * h);
+                    for (int t = 0; t < nr; t++) {
+                        /* two terms: d2 = d1 / 256, so S = 256 S1 + S2 in integers */
+                        __m256i si = _mm256_madd_epi16(a1[t][h], ones);
+                        if (two)
+                            si = _mm256_add_epi32(_mm256_slli_epi32(si, 8),
+                                                  _mm256_madd_epi16(a2[t][h], ones));
+                        const __m256 scx = _mm256_mul_ps(sc, _mm256_set1_ps(dx[t][8 * col_i + j]));
+                        fs[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), scx, fs[t][h]);
+                    }
+                }
+            }
+        }
+        for (int j = 0; j < 8; j++)
+            for (int h = h0; h < h0 + nh; h++) {
+                const __m256 m = u8_ps(col + HX_PACK_Q4K_M + 16 * j + 8 * h);
+                for (int t = 0; t < nr; t++)
+                    fm[t][h] = _mm256_fmadd_ps(m, _mm256_set1_ps(s[t][8 * col_i + j]), fm[t][h]);
+            }
+        for (int h = h0; h < h0 + nh; h++) {
+            const __m256 d = f16_ps(col + 16 * h);
+            const __m256 dmin = f16_ps(col + HX_PACK_Q4K_DMIN + 16 * h);
+            for (int t = 0; t < nr; t++) {
+                acc[t][h] = _mm256_fmadd_ps(d, fs[t][h], acc[t][h]);
+                acc[t][h] = _mm256_fnmadd_ps(dmin, fm[t][h], acc[t][h]); /* fma(-dmin, fm, acc) */
+            }
+        }
+    }
+}
+
+/* ---- Q6_K ---- */
+
+/* The 6-bit Q6_K codes of quarter qt (a constant) from a ql half chunk (low nibbles for quarters
+ * 0, 1, high for 2, 3) and a qh half chunk (bits 2 qt, 2 qt + 1): u = nibble | (those bits) << 4. */
+AI __m256i q6k_codes(const __m256i vl, const __m256i vh, const int qt)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i lo = qt < 2 ? _mm256_and_si256(vl, m4)
+                              : _mm256_and_si256(_mm256_srli_epi16(vl, 4), m4);
+    const __m256i hb = qt == 0   ? _mm256_slli_epi16(vh, 4)
+                       : qt == 1 ? _mm256_slli_epi16(vh, 2)
+                       : qt == 2 ? vh
+                                 : _mm256_srli_epi16(vh, 2);
+    return _mm256_or_si256(lo, _mm256_and_si256(hb, m30));
+}
+
+/* Per super-block half sh, quarter qt (32 elements: chunks 16 sh + 8 (qt & 1) .. of ql and
+ * 8 sh .. of qh) and sub-block i of the quarter (its chunks 4i .. 4i + 3, elements
+ * 16 (8 sh + 2 qt + i) ..): the codes of chunks 2 by 2, whose two vpmaddubsw per row and term
+ * add in int16, then a vpmaddwd into the int32 sum. The int32 sums start at -32 times the
+ * activation sums, which folds the code offset out exactly, as packed_avx512.c does: single
+ * term a1 = -32 bsum1 + sum(u q1); two terms a1 = sum(u q1), a2 = -32 (256 bsum1 + bsum2) +
+ * sum(u q2), so that 256 a1 + a2 is packed.h's A_j. No int32 overflows on the way: |256 a1| <=
+ * 256 * 16 * 63 * 127 < 2^25, |a2| <= 32 * 257 * 2032 + 16 * 63 * 127 < 2^25. */
+AI void tile_q6k(const hx_packed *p, const unsigned char *grp, const int8_t *const q1[RT],
+                 const int8_t *const q2[RT], const float *const dx[RT],
+                 const int16_t *const bs1[RT], const int16_t *const bs2[RT], const int nr,
+                 const int h0, const int nh, const bool two, __m256 acc[RT][2])
+{
+    const int64_t n_col = p->n_in / HX_K_N;
+    const uintptr_t end = (uintptr_t)p->data + (size_t)p->n_groups * p->group_bytes;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int t = 0; t < nr; t++)
+        for (int h = h0; h < h0 + nh; h++) acc[t][h] = _mm256_setzero_ps();
+    for (int64_t col_i = 0; col_i < n_col; col_i++) {
+        const unsigned char *col = grp + (size_t)col_i * HX_PACK_Q6K_COL;
+        if (h0 == 0) prefetch_col(col, HX_PACK_Q6K_COL, end);
+        __m256 fs[RT][2];
+        for (int t = 0; t < nr; t++)
+            for (int h = h0; h < h0 + nh; h++) fs[t][h] = _mm256_setzero_ps();
+        for (int sh = 0; sh < 2; sh++) {
+#pragma GCC unroll 4
+            for (int qt = 0; qt < 4; qt++) {
+                const unsigned char *ql = col + HX_PACK_K_CODES + 64 * (16 * sh + 8 * (qt & 1));
+                const unsigned char *qh = col + HX_PACK_Q6K_QH + 64 * (8 * sh);
+                for (int i = 0; i < 2; i++) {
+                    const int j = 8 * sh + 2 * qt + i;
+                    const int64_t e = HX_K_N * col_i + 16 * j, hs = 16 * col_i + j;
+                    __m256i a1[RT][2], a2[RT][2];
+                    for (int t = 0; t < nr; t++) {
+                        const __m256i z = _mm256_setzero_si256();
+                        const __m256i f1 = _mm256_set1_epi32(-32 * bs1[t][hs]);
+                        const __m256i f2 =
+                            _mm256_set1_epi32(-32 * (256 * bs1[t][hs] + bs2[t][hs]));
+                        for (int h = h0; h < h0 + nh; h++) {
+                            a1[t][h] = two ? z : f1;
+                            a2[t][h] = two ? f2 : z;
+                        }
+                    }
+#pragma GCC unroll 2
+                    for (int kp = 0; kp < 2; kp++) {
+                        const int k0 = 4 * i + 2 * kp; /* chunks k0, k0 + 1 of the quarter */
+                        for (int h = h0; h < h0 + nh; h++) {
+                            const unsigned char *l0 = ql + 64 * k0 + 32 * h;
+                            const unsigned char *g0 = qh + 64 * k0 + 32 * h;
+                            const __m256i u0 = q6k_codes(_mm256_load_si256((const void *)l0),
+                                                         _mm256_load_si256((const void *)g0), qt);
+                            const __m256i u1 =
+                                q6k_codes(_mm256_load_si256((const void *)(l0 + 64)),
+                                          _mm256_load_si256((const void *)(g0 + 64)), qt);
+                            for (int t = 0; t < nr; t++) {
+                                const int8_t *x1 = q1[t] + e + 8 * kp;
+                                a1[t][h] = _mm256_add_epi32(
+                                    a1[t][h],
+                                    _mm256_madd_epi16(
+                                        _mm256_add_epi16(_mm256_maddubs_epi16(u0, bc4(x1)),
+                                                         _mm256_maddubs_epi16(u1, bc4(x1 + 4))),
+                                        ones));
+                                if (two) {
+                                    const int8_t *x2 = q2[t] + e + 8 * kp;
+                                    a2[t][h] = _mm256_add_epi32(
+                                        a2[t][h],
+                                        _mm256_madd_epi16(
+                                            _mm256_add_epi16(
+                                                _mm256_maddubs_epi16(u0, bc4(x2)),
+                                                _mm256_maddubs_epi16(u1, bc4(x2 + 4))),
+                                            ones));
+                                }
+                            }
+                        }
+                    }
+                    for (int h = h0; h < h0 + nh; h++) {
+                        const __m256 sc = i8_ps(col + HX_PACK_Q6K_SC + 16 * j + 8 * h);
+                        for (int t = 0; t < nr; t++) {
+                            __m256i ai = a1[t][h];
+                            if (two) ai = _mm256_add_epi32(_mm256_slli_epi32(ai, 8), a2[t][h]);
+                            const __m256 scx = _mm256_mul_ps(sc, _mm256_set1_ps(dx[t][hs / 2]));
+                            fs[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai), scx, fs[t][h]);
+                        }
+                    }
+                }
+            }
+        }
+        for (int h = h0; h < h0 + nh; h++) {
+            const __m256 d = f16_ps(col + 16 * h);
+            for (int t = 0; t < nr; t++) acc[t][h] = _mm256_fmadd_ps(d, fs[t][h], acc[t][h]);
+        }
+    }
+}
+
+/* ---- driver ---- */
+
+/* Stores lanes [0, n) of v at dst; nothing for n <= 0. */
+AI void store_n(float *dst, __m256 v, int64_t n)
+{
+    if (n >= 8) {
+        _mm256_storeu_ps(dst, v);
+    } else if (n > 0) {
+        const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n),
+                                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_maskstore_ps(dst, keep, v);
+    }
+}
+
+/* Rows [0, nr) of a tile against halves [h0, h0 + nh) of one group, fmt's tile (constants). */
+AI void tile_k(const hx_packed *p, const unsigned char *grp, const int8_t *const q1[RT],
+               const int8_t *const q2[RT], const float *const dx[RT], const float *const s[RT],
+               const int16_t *const bs1[RT], const int16_t *const bs2[RT], const int nr,
+               const int h0, const int nh, const hx_dtype fmt, const bool two,
+               __m256 acc[RT][2])
+{
+    if (fmt == HX_DT_Q4_K) tile_q4k(p, grp, q1, q2, dx, s, nr, h0, nh, two, acc);
+    else tile_q6k(p, grp, q1, q2, dx, bs1, bs2, nr, h0, nh, two, acc);
+}
+
+#define TILE_NR(nr_, h0_, nh_) tile_k(p, grp, q1, q2, dx, sr, bs1, bs2, nr_, h0_, nh_, fmt, two, acc)
+
+/* One format and term count: groups outer (a group's codes stay in L1/L2 while every row tile
+ * passes over them), row tiles inner; one row runs both halves at once, more rows one half at
+ * a time (the file header). */
+AI void run(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x, const hx_act *x2,
+            const float *s, int64_t r0, int64_t r1, float *out, int64_t ld_out,
+            const hx_dtype fmt, const bool two)
+{
+    const int64_t nb = p->n_in / 32;
+    for (int64_t g = g0; g < g1; g++) {
+        const unsigned char *grp = p->data + (size_t)g * p->group_bytes;
+        const int64_t o = g * HX_PACK_ROWS;
+        const int64_t n_valid = p->n_out - o < HX_PACK_ROWS ? p->n_out - o : HX_PACK_ROWS;
+        for (int64_t r = r0; r < r1; r += RT) {
+            const int nr = r1 - r < RT ? (int)(r1 - r) : RT;
+            const int8_t *q1[RT], *q2[RT];
+            const float *dx[RT], *sr[RT];
+            const int16_t *bs1[RT], *bs2[RT];
+            for (int t = 0; t < RT; t++) {
+                const int64_t rr = r + (t < nr ? t : 0);
+                q1[t] = kn_xqs(x, rr);
+                q2[t] = two ? kn_xqs(x2, rr) : q1[t];
+                dx[t] = two ? kn_xd(x2, rr) : kn_xd(x, rr);
+                sr[t] = s + rr * nb;
+                bs1[t] = kn_xbsum(x, rr);
+                bs2[t] = two ? kn_xbsum(x2, rr) : bs1[t];
+            }
+            __m256 acc[RT][2];
+            switch (nr) { /* constant row counts, so every loop over rows unrolls */
+            case 1: TILE_NR(1, 0, 2); break;
+            case 2: TILE_NR(2, 0, 1); TILE_NR(2, 1, 1); break;
+            case 3: TILE_NR(3, 0, 1); TILE_NR(3, 1, 1); break;
+            default: TILE_NR(4, 0, 1); TILE_NR(4, 1, 1); break;
+            }
+            for (int t = 0; t < nr; t++) {
+                store_n(out + (r + t) * ld_out + o, acc[t][0], n_valid);
+                store_n(out + (r + t) * ld_out + o + 8, acc[t][1], n_valid - 8);
+            }
+        }
+    }
+}
+#undef TILE_NR
+
+/* One function per format, so each gets its own register allocation. */
+static __attribute__((noinline)) void run_q4k(const hx_packed *p, int64_t g0, int64_t g1,
+                                              const hx_act *x, const hx_act *x2, const float *s,
+                                              int64_t r0, int64_t r1, float *out, int64_t ld_out)
+{
+    if (x2) run(p, g0, g1, x, x2, s, r0, r1, out, ld_out, HX_DT_Q4_K, true);
+    else run(p, g0, g1, x, x2, s, r0, r1, out, ld_out, HX_DT_Q4_K, false);
+}
+
+static __attribute__((noinline)) void run_q6k(const hx_packed *p, int64_t g0, int64_t g1,
+                                              const hx_act *x, const hx_act *x2, const float *s,
+                                              int64_t r0, int64_t r1, float *out, int64_t ld_out)
+{
+    if (x2) run(p, g0, g1, x, x2, s, r0, r1, out, ld_out, HX_DT_Q6_K, true);
+    else run(p, g0, g1, x, x2, s, r0, r1, out, ld_out, HX_DT_Q6_K, false);
+}
+
+void hx_pmatmul_k_avx2(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x,
+                       const hx_act *x2, const float *s, int64_t r0, int64_t r1, float *out,
+                       int64_t ld_out)
+{
+    if (p->dtype == HX_DT_Q4_K) {
+        run_q4k(p, g0, g1, x, x2, s, r0, r1, out, ld_out);
+    } else {
+        HX_ASSERT(p->dtype == HX_DT_Q6_K);
+        run_q6k(p, g0, g1, x, x2, s, r0, r1, out, ld_out);
+    }
+}
+#endif
