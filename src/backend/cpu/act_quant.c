@@ -102,6 +102,7 @@ hx_act_quant2_fn hx_act_quant2_select(unsigned isa)
 {
 #if defined(__x86_64__)
     if (isa & HX_ISA_AVX512) return hx_act_quant2_avx512;
+    if (isa & HX_ISA_AVX2) return hx_act_quant2_avx2;
 #endif
     (void)isa;
     return hx_act_quant2_ref;

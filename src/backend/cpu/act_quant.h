@@ -67,6 +67,8 @@ typedef void (*hx_act_quant2_fn)(const float *x, const int8_t *q1, const float *
                                  float *d2, int16_t *bsum2, int64_t n);
 void hx_act_quant2_ref(const float *x, const int8_t *q1, const float *d1, int8_t *q2, float *d2,
                        int16_t *bsum2, int64_t n);
+void hx_act_quant2_avx2(const float *x, const int8_t *q1, const float *d1, int8_t *q2, float *d2,
+                        int16_t *bsum2, int64_t n);
 void hx_act_quant2_avx512(const float *x, const int8_t *q1, const float *d1, int8_t *q2,
                           float *d2, int16_t *bsum2, int64_t n);
 

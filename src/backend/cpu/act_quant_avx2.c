@@ -55,4 +55,42 @@ void hx_act_quant_avx2(const float *x, int8_t *qs, float *d, int16_t *bsum, int6
                             _mm256_permutevar8x32_epi32(b8, order));
     }
 }
+/* The second term (act_quant.h): the first term's amax and inverse scale, the residual
+ * x - d1 q1 and its product in separate roundings (no FMA: the reference has none), vcvtps2dq
+ * for nearest-even, a clamp to +-127, and the packs and vpermd of the first term. Bit-identical
+ * to hx_act_quant2_ref. */
+void hx_act_quant2_avx2(const float *x, const int8_t *q1, const float *d1, int8_t *q2, float *d2,
+                        int16_t *bsum2, int64_t n)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
+    for (int64_t b = 0; b < n / HX_ACT_BLOCK; b++) {
+        const float *xb = x + 32 * b;
+        __m256 v[4];
+        for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(xb + 8 * k);
+        const __m256 a01 =
+            _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1]));
+        const __m256 a23 =
+            _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3]));
+        const float amax = hmax8(_mm256_max_ps(a01, a23));
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        d2[b] = d1[b] * 0x1p-8f;
+        const __m256 vid2 = _mm256_set1_ps(id * 256.0f), vd1 = _mm256_set1_ps(d1[b]);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) {
+            const __m128i c = _mm_loadl_epi64((const __m128i *)(const void *)(q1 + 32 * b + 8 * k));
+            const __m256 dq = _mm256_mul_ps(vd1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c)));
+            q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_sub_ps(v[k], dq), vid2));
+            q[k] = _mm256_max_epi32(_mm256_min_epi32(q[k], lim), nlim);
+        }
+        bsum2[2 * b]     = (int16_t)hsum8_epi32(_mm256_add_epi32(q[0], q[1]));
+        bsum2[2 * b + 1] = (int16_t)hsum8_epi32(_mm256_add_epi32(q[2], q[3]));
+        const __m256i w01 = _mm256_packs_epi32(q[0], q[1]);
+        const __m256i w23 = _mm256_packs_epi32(q[2], q[3]);
+        const __m256i b8 = _mm256_packs_epi16(w01, w23);
+        _mm256_storeu_si256((__m256i *)(void *)(q2 + 32 * b),
+                            _mm256_permutevar8x32_epi32(b8, order));
+    }
+}
 #endif
