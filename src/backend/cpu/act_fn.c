@@ -14,6 +14,7 @@ hx_swiglu_fn hx_swiglu_select(unsigned isa)
 {
 #if defined(__x86_64__)
     if (isa & HX_ISA_AVX512) return hx_swiglu_avx512;
+    if (isa & HX_ISA_AVX2) return hx_swiglu_avx2;
 #endif
     (void)isa;
     return hx_swiglu_ref;
@@ -32,6 +33,7 @@ hx_swiglu_fn hx_geglu_select(unsigned isa)
 {
 #if defined(__x86_64__)
     if (isa & HX_ISA_AVX512) return hx_geglu_avx512;
+    if (isa & HX_ISA_AVX2) return hx_geglu_avx2;
 #endif
     (void)isa;
     return hx_geglu_ref;

@@ -5,9 +5,7 @@
  * of up to 16 keys and per head, 16 dot products into their own ymm chains, folded to two ymm of
  * 8 scores by hadd trees; one max, one scalar expf for the correction, a vector exp of the
  * scores, and the V update with four ymm accumulators per 32 elements.
- *
- * exp: the same Cephes polynomial as attn_avx512.c, within 2 ulp of expf for x >= -87.3 and 0
- * below (where the exact result is subnormal). */
+ * exp: exp256 (exp_avx2.h). */
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <math.h>
@@ -17,27 +15,7 @@
 #include "backend/backend.h"
 #include "base/err.h"
 #include "base/f16.h"
-
-static __m256 exp256(__m256 x)
-{
-    const __m256 lo = _mm256_set1_ps(-87.33654f);
-    const __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ); /* also -inf */
-    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.37626f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
+#include "exp_avx2.h"
 
 /* Eight vectors to their eight sums, in order, in one ymm. */
 static __m256 hsum8x8(const __m256 *v)

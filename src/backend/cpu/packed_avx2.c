@@ -165,9 +165,9 @@ AI void tile(const hx_packed *p, const unsigned char *grp, const int8_t *const q
         __asm__("" : "+x"(x0), "+x"(x1), "+x"(w0), "+x"(w1));                                    \
     } while (0)
 
-/* ns streams (1..4; a constant after inlining): rows t < nr = ns / 2 (two terms, streams 2t and
- * 2t + 1) or nr = ns (one term); acc[t][h] lane l = output 8h + l of the group. */
-AI void tile4(const hx_packed *p, const unsigned char *grp, const int8_t *const q[4],
+/* ns streams (1..6; a constant after inlining): rows t < nr = ns / 2 (two terms, streams 2t and
+ * 2t + 1) or nr = ns (one term, ns <= RT); acc[t][h] lane l = output 8h + l of the group. */
+AI void tile4(const hx_packed *p, const unsigned char *grp, const int8_t *const q[6],
               const float *const d[RT], const float *const s[RT], const int ns,
               const hx_dtype fmt, const bool two, __m256 acc[RT][2])
 {
@@ -176,6 +176,7 @@ AI void tile4(const hx_packed *p, const unsigned char *grp, const int8_t *const 
     const unsigned char *codes = grp + p->sc_bytes;
     const uintptr_t end = (uintptr_t)p->data + (size_t)p->n_groups * p->group_bytes;
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i c256 = _mm256_set1_epi16(256);
     const float k = fmt == HX_DT_Q4_0 ? -8.0f : 0.0f;
     for (int t = 0; t < nr; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -183,7 +184,7 @@ AI void tile4(const hx_packed *p, const unsigned char *grp, const int8_t *const 
         const int64_t e = 32 * b;
         prefetch_col(cb, p->col_bytes, end);
         __m256i x00 = _mm256_setzero_si256(), x01 = x00, x10 = x00, x11 = x00, x20 = x00,
-                x21 = x00, x30 = x00, x31 = x00;
+                x21 = x00, x30 = x00, x31 = x00, x40 = x00, x41 = x00, x50 = x00, x51 = x00;
         #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             const __m256i v0 = _mm256_load_si256((const void *)(cb + 64 * c));
@@ -193,18 +194,26 @@ AI void tile4(const hx_packed *p, const unsigned char *grp, const int8_t *const 
             if (ns > 1) STREAM_ACC(q[1] + e + 4 * c, x10, x11);
             if (ns > 2) STREAM_ACC(q[2] + e + 4 * c, x20, x21);
             if (ns > 3) STREAM_ACC(q[3] + e + 4 * c, x30, x31);
+            if (ns > 4) STREAM_ACC(q[4] + e + 4 * c, x40, x41);
+            if (ns > 5) STREAM_ACC(q[5] + e + 4 * c, x50, x51);
             w0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
             w1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
             STREAM_ACC(q[0] + e + 16 + 4 * c, x00, x01);
             if (ns > 1) STREAM_ACC(q[1] + e + 16 + 4 * c, x10, x11);
             if (ns > 2) STREAM_ACC(q[2] + e + 16 + 4 * c, x20, x21);
             if (ns > 3) STREAM_ACC(q[3] + e + 16 + 4 * c, x30, x31);
+            if (ns > 4) STREAM_ACC(q[4] + e + 16 + 4 * c, x40, x41);
+            if (ns > 5) STREAM_ACC(q[5] + e + 16 + 4 * c, x50, x51);
         }
-        const __m256i si[4][2] = {
-            {_mm256_madd_epi16(x00, ones), _mm256_madd_epi16(x01, ones)},
+        /* int32 sums; a row's first term (even streams, two terms) times 256 in the same op */
+        const __m256i hi = two ? c256 : ones;
+        const __m256i si[6][2] = {
+            {_mm256_madd_epi16(x00, hi), _mm256_madd_epi16(x01, hi)},
             {_mm256_madd_epi16(x10, ones), _mm256_madd_epi16(x11, ones)},
-            {_mm256_madd_epi16(x20, ones), _mm256_madd_epi16(x21, ones)},
+            {_mm256_madd_epi16(x20, hi), _mm256_madd_epi16(x21, hi)},
             {_mm256_madd_epi16(x30, ones), _mm256_madd_epi16(x31, ones)},
+            {_mm256_madd_epi16(x40, hi), _mm256_madd_epi16(x41, hi)},
+            {_mm256_madd_epi16(x50, ones), _mm256_madd_epi16(x51, ones)},
         };
         const unsigned char *sc = grp + (size_t)b * (fmt == HX_DT_Q4_1 ? 64 : 32);
         #pragma GCC unroll 2
@@ -218,8 +227,7 @@ AI void tile4(const hx_packed *p, const unsigned char *grp, const int8_t *const 
             for (int t = 0; t < nr; t++) {
                 /* streams 2t, 2t + 1 are row t's terms (d2 = d1 / 256: S = 256 S1 + S2) */
                 const __m256i st =
-                    two ? _mm256_add_epi32(_mm256_slli_epi32(si[2 * t][h], 8), si[2 * t + 1][h])
-                        : si[t][h];
+                    two ? _mm256_add_epi32(si[2 * t][h], si[2 * t + 1][h]) : si[t][h];
                 const __m256 dx = _mm256_set1_ps(d[t][b]);
                 const __m256 v = fmt == HX_DT_Q4_0
                                      ? _mm256_fmadd_ps(_mm256_cvtepi32_ps(st), dx,
@@ -275,15 +283,23 @@ AI void run(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x, const h
             }
             __m256 acc[RT][2];
             if (fmt != HX_DT_Q8_0) {
-                /* up to four streams: rows in pairs with two terms, in fours with one */
-                if (two && nr > 2) nr = 2;
-                const int8_t *const q[4] = {q1[0], two ? q2[0] : q1[1], two ? q1[1] : q1[2],
-                                            two ? q2[1] : q1[3]};
-                switch (two ? 2 * nr : nr) {
-                case 1: tile4(p, grp, q, d1, sr, 1, fmt, two, acc); break;
-                case 2: tile4(p, grp, q, two ? d2 : d1, sr, 2, fmt, two, acc); break;
-                case 3: tile4(p, grp, q, d1, sr, 3, fmt, two, acc); break;
-                default: tile4(p, grp, q, two ? d2 : d1, sr, 4, fmt, two, acc); break;
+                /* up to six streams: rows in threes with two terms, in fours with one */
+                if (two && nr > 3) nr = 3;
+                const int8_t *const q[6] = {q1[0], two ? q2[0] : q1[1], two ? q1[1] : q1[2],
+                                            two ? q2[1] : q1[3], q1[2], q2[2]};
+                if (two) {
+                    switch (nr) {
+                    case 1: tile4(p, grp, q, d2, sr, 2, fmt, true, acc); break;
+                    case 2: tile4(p, grp, q, d2, sr, 4, fmt, true, acc); break;
+                    default: tile4(p, grp, q, d2, sr, 6, fmt, true, acc); break;
+                    }
+                } else {
+                    switch (nr) {
+                    case 1: tile4(p, grp, q, d1, sr, 1, fmt, false, acc); break;
+                    case 2: tile4(p, grp, q, d1, sr, 2, fmt, false, acc); break;
+                    case 3: tile4(p, grp, q, d1, sr, 3, fmt, false, acc); break;
+                    default: tile4(p, grp, q, d1, sr, 4, fmt, false, acc); break;
+                    }
                 }
             } else {
                 switch (nr) {
