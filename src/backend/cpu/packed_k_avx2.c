@@ -147,6 +147,94 @@ AI void tile_q4k(const hx_packed *p, const unsigned char *grp, const int8_t *con
     }
 }
 
+/* The Q4_K tile with up to six activation streams against both halves at once, as tile4 in
+ * packed_avx2.c (see there): streams 2t, 2t + 1 are row t's terms (two terms, ns <= 6) or stream
+ * t is row t (one term, ns <= RT). One sub-block at a time (the low nibbles of the 8 chunks of
+ * its pair, then the high ones, reloaded from L1); per chunk 2 loads, 2-4 unpack ops, then per
+ * stream a broadcast, 2 vpmaddubsw and 2 adds. Same float operations in the same order as
+ * tile_q4k, so the same bits. */
+#define STREAM_ACC(q, x0, x1)                                                                     \
+    do {                                                                                         \
+        const __m256i bq = bc4(q);                                                               \
+        x0 = _mm256_add_epi16(x0, _mm256_maddubs_epi16(w0, bq));                                 \
+        x1 = _mm256_add_epi16(x1, _mm256_maddubs_epi16(w1, bq));                                 \
+        __asm__("" : "+x"(x0), "+x"(x1), "+x"(w0), "+x"(w1));                                    \
+    } while (0)
+
+AI void tile_q4k_streams(const hx_packed *p, const unsigned char *grp, const int8_t *const q[6],
+                         const float *const dx[RT], const float *const s[RT], const int ns,
+                         const bool two, __m256 acc[RT][2])
+{
+    const int64_t n_col = p->n_in / HX_K_N;
+    const int nr = two ? ns / 2 : ns;
+    const uintptr_t end = (uintptr_t)p->data + (size_t)p->n_groups * p->group_bytes;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i hi = two ? _mm256_set1_epi16(256) : ones;
+    for (int t = 0; t < nr; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    for (int64_t col_i = 0; col_i < n_col; col_i++) {
+        const unsigned char *col = grp + (size_t)col_i * HX_PACK_Q4K_COL;
+        prefetch_col(col, HX_PACK_Q4K_COL, end);
+        __m256 fs[RT][2], fm[RT][2];
+        for (int t = 0; t < nr; t++) fs[t][0] = fs[t][1] = fm[t][0] = fm[t][1] = _mm256_setzero_ps();
+        for (int j = 0; j < 8; j++) {
+            const unsigned char *cb = col + HX_PACK_K_CODES + 512 * (j / 2);
+            const int64_t e = HX_K_N * col_i + 32 * j; /* first element of sub-block j */
+            __m256i x00 = _mm256_setzero_si256(), x01 = x00, x10 = x00, x11 = x00, x20 = x00,
+                    x21 = x00, x30 = x00, x31 = x00, x40 = x00, x41 = x00, x50 = x00, x51 = x00;
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m256i v0 = _mm256_load_si256((const void *)(cb + 64 * k));
+                const __m256i v1 = _mm256_load_si256((const void *)(cb + 64 * k + 32));
+                __m256i w0 = j % 2 == 0 ? _mm256_and_si256(v0, m4)
+                                        : _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+                __m256i w1 = j % 2 == 0 ? _mm256_and_si256(v1, m4)
+                                        : _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+                STREAM_ACC(q[0] + e + 4 * k, x00, x01);
+                if (ns > 1) STREAM_ACC(q[1] + e + 4 * k, x10, x11);
+                if (ns > 2) STREAM_ACC(q[2] + e + 4 * k, x20, x21);
+                if (ns > 3) STREAM_ACC(q[3] + e + 4 * k, x30, x31);
+                if (ns > 4) STREAM_ACC(q[4] + e + 4 * k, x40, x41);
+                if (ns > 5) STREAM_ACC(q[5] + e + 4 * k, x50, x51);
+            }
+            /* int32 sums; a row's first term (even streams, two terms) times 256 in the same op */
+            const __m256i si[6][2] = {
+                {_mm256_madd_epi16(x00, hi), _mm256_madd_epi16(x01, hi)},
+                {_mm256_madd_epi16(x10, ones), _mm256_madd_epi16(x11, ones)},
+                {_mm256_madd_epi16(x20, hi), _mm256_madd_epi16(x21, hi)},
+                {_mm256_madd_epi16(x30, ones), _mm256_madd_epi16(x31, ones)},
+                {_mm256_madd_epi16(x40, hi), _mm256_madd_epi16(x41, hi)},
+                {_mm256_madd_epi16(x50, ones), _mm256_madd_epi16(x51, ones)},
+            };
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m256 sc = u8_ps(col + HX_PACK_Q4K_SC + 16 * j + 8 * h);
+#pragma GCC unroll 4
+                for (int t = 0; t < nr; t++) {
+                    const __m256i st =
+                        two ? _mm256_add_epi32(si[2 * t][h], si[2 * t + 1][h]) : si[t][h];
+                    const __m256 scx = _mm256_mul_ps(sc, _mm256_set1_ps(dx[t][8 * col_i + j]));
+                    fs[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st), scx, fs[t][h]);
+                }
+            }
+        }
+        for (int j = 0; j < 8; j++)
+            for (int h = 0; h < 2; h++) {
+                const __m256 m = u8_ps(col + HX_PACK_Q4K_M + 16 * j + 8 * h);
+                for (int t = 0; t < nr; t++)
+                    fm[t][h] = _mm256_fmadd_ps(m, _mm256_set1_ps(s[t][8 * col_i + j]), fm[t][h]);
+            }
+        for (int h = 0; h < 2; h++) {
+            const __m256 d = f16_ps(col + 16 * h);
+            const __m256 dmin = f16_ps(col + HX_PACK_Q4K_DMIN + 16 * h);
+            for (int t = 0; t < nr; t++) {
+                acc[t][h] = _mm256_fmadd_ps(d, fs[t][h], acc[t][h]);
+                acc[t][h] = _mm256_fnmadd_ps(dmin, fm[t][h], acc[t][h]); /* fma(-dmin, fm, acc) */
+            }
+        }
+    }
+}
+#undef STREAM_ACC
+
 /* ---- Q6_K ---- */
 
 /* The 6-bit Q6_K codes of quarter qt (a constant) from a ql half chunk (low nibbles for quarters
@@ -296,8 +384,8 @@ AI void run(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x, const h
         const unsigned char *grp = p->data + (size_t)g * p->group_bytes;
         const int64_t o = g * HX_PACK_ROWS;
         const int64_t n_valid = p->n_out - o < HX_PACK_ROWS ? p->n_out - o : HX_PACK_ROWS;
-        for (int64_t r = r0; r < r1; r += RT) {
-            const int nr = r1 - r < RT ? (int)(r1 - r) : RT;
+        for (int64_t r = r0; r < r1;) {
+            int nr = r1 - r < RT ? (int)(r1 - r) : RT;
             const int8_t *q1[RT], *q2[RT];
             const float *dx[RT], *sr[RT];
             const int16_t *bs1[RT], *bs2[RT];
@@ -311,16 +399,31 @@ AI void run(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x, const h
                 bs2[t] = two ? kn_xbsum(x2, rr) : bs1[t];
             }
             __m256 acc[RT][2];
-            switch (nr) { /* constant row counts, so every loop over rows unrolls */
-            case 1: TILE_NR(1, 0, 2); break;
-            case 2: TILE_NR(2, 0, 1); TILE_NR(2, 1, 1); break;
-            case 3: TILE_NR(3, 0, 1); TILE_NR(3, 1, 1); break;
-            default: TILE_NR(4, 0, 1); TILE_NR(4, 1, 1); break;
+            if (fmt == HX_DT_Q4_K) {
+                /* up to six streams: rows in threes with two terms, in fours with one */
+                if (two && nr > 3) nr = 3;
+                const int8_t *const q[6] = {q1[0], two ? q2[0] : q1[1], two ? q1[1] : q1[2],
+                                            two ? q2[1] : q1[3], q1[2], q2[2]};
+                switch (two ? 2 * nr : nr) { /* constant stream counts */
+                case 1: tile_q4k_streams(p, grp, q, dx, sr, 1, false, acc); break;
+                case 2: tile_q4k_streams(p, grp, q, dx, sr, 2, two, acc); break;
+                case 3: tile_q4k_streams(p, grp, q, dx, sr, 3, false, acc); break;
+                case 4: tile_q4k_streams(p, grp, q, dx, sr, 4, two, acc); break;
+                default: tile_q4k_streams(p, grp, q, dx, sr, 6, true, acc); break;
+                }
+            } else {
+                switch (nr) { /* constant row counts, so every loop over rows unrolls */
+                case 1: TILE_NR(1, 0, 2); break;
+                case 2: TILE_NR(2, 0, 1); TILE_NR(2, 1, 1); break;
+                case 3: TILE_NR(3, 0, 1); TILE_NR(3, 1, 1); break;
+                default: TILE_NR(4, 0, 1); TILE_NR(4, 1, 1); break;
+                }
             }
             for (int t = 0; t < nr; t++) {
                 store_n(out + (r + t) * ld_out + o, acc[t][0], n_valid);
                 store_n(out + (r + t) * ld_out + o + 8, acc[t][1], n_valid - 8);
             }
+            r += nr;
         }
     }
 }
