@@ -11,11 +11,11 @@
  * 8 vpmaddubsw add up in int16 (<= 30480) before one vpmaddwd; a Q6_K pair is at most
  * 2 * 63 * 127 = 16002, so only 2 may be added (<= 32004) before each vpmaddwd.
  *
- * Registers: 16 ymm. One activation row (decode) runs both halves in one pass over the codes,
- * so the column streams in once; Q4_K then takes one nibble (one sub-block) at a time, loading
- * each chunk twice from L1, which keeps the int16 sums at 2 halves x 2 terms. Several rows
- * (prefill, up to RT at once) run one half at a time, so RT rows x 2 terms of sums fit; the
- * second half's pass finds the group's codes in L1/L2.
+ * Registers: 16 ymm. Both formats run "stream" tiles (tile4 in packed_avx2.c): a stream is one
+ * row's term, and every stream runs against both halves in one pass over the codes, each sum in
+ * its own variable so nothing spills: Q4_K up to six streams (three rows of two terms), taking
+ * one nibble (one sub-block) at a time and loading each chunk twice from L1; Q6_K up to four,
+ * since its four assembled code vectors stay live.
  *
  * Napkin math (one row, two terms, per super-block column of a group): Q4_K, 2368 bytes: 256
  * vpmaddubsw + 256 int16 adds + 32 vpmaddwd, 128 code loads + 192 unpack ops, 128 broadcasts,
@@ -70,89 +70,16 @@ AI __m256 f16_ps(const unsigned char *p)
     return _mm256_cvtph_ps(_mm_load_si128((const void *)p));
 }
 
-/* ---- Q4_K ----
- * Chunk k of chunk group c (8 chunks) holds sub-blocks 2c (low nibbles) and 2c + 1 (high
- * nibbles); per sub-block n of the pair, row, half and term, one int16 sum 8 vpmaddubsw deep,
- * then one vpmaddwd, 256 S1 + S2 in int32 and one conversion. The min term needs no codes and is
- * summed after them. nr, h0, nh and two are constants after inlining; acc[t][h] lane l is output
- * 8h + l of the group against row t. */
-AI void tile_q4k(const hx_packed *p, const unsigned char *grp, const int8_t *const q1[RT],
-                 const int8_t *const q2[RT], const float *const dx[RT], const float *const s[RT],
-                 const int nr, const int h0, const int nh, const bool two, __m256 acc[RT][2])
-{
-    const int64_t n_col = p->n_in / HX_K_N;
-    const uintptr_t end = (uintptr_t)p->data + (size_t)p->n_groups * p->group_bytes;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    for (int t = 0; t < nr; t++)
-        for (int h = h0; h < h0 + nh; h++) acc[t][h] = _mm256_setzero_ps();
-    for (int64_t col_i = 0; col_i < n_col; col_i++) {
-        const unsigned char *col = grp + (size_t)col_i * HX_PACK_Q4K_COL;
-        if (h0 == 0) prefetch_col(col, HX_PACK_Q4K_COL, end);
-        __m256 fs[RT][2], fm[RT][2];
-        for (int t = 0; t < nr; t++)
-            for (int h = h0; h < h0 + nh; h++) fs[t][h] = fm[t][h] = _mm256_setzero_ps();
-        for (int c = 0; c < 4; c++) {
-            const unsigned char *cb = col + HX_PACK_K_CODES + 512 * c;
-#pragma GCC unroll 2
-            for (int n = 0; n < 2; n++) {
-                const int j = 2 * c + n;
-                const int64_t e = HX_K_N * col_i + 32 * j; /* first element of sub-block j */
-                __m256i a1[RT][2], a2[RT][2];
-                for (int t = 0; t < nr; t++)
-                    for (int h = h0; h < h0 + nh; h++)
-                        a1[t][h] = a2[t][h] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-                for (int k = 0; k < 8; k++)
-                    for (int h = h0; h < h0 + nh; h++) {
-                        const __m256i v = _mm256_load_si256((const void *)(cb + 64 * k + 32 * h));
-                        const __m256i u = n == 0
-                                              ? _mm256_and_si256(v, m4)
-                                              : _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                        for (int t = 0; t < nr; t++) {
-                            a1[t][h] = _mm256_add_epi16(
-                                a1[t][h], _mm256_maddubs_epi16(u, bc4(q1[t] + e + 4 * k)));
-                            if (two)
-                                a2[t][h] = _mm256_add_epi16(
-                                    a2[t][h], _mm256_maddubs_epi16(u, bc4(q2[t] + e + 4 * k)));
-                        }
-                    }
-                for (int h = h0; h < h0 + nh; h++) {
-                    const __m256 sc = u8_ps(col + HX_PACK_Q4K_SC + 16 * j + 8 * h);
-                    for (int t = 0; t < nr; t++) {
-                        /* two terms: d2 = d1 / 256, so S = 256 S1 + S2 in integers */
-                        __m256i si = _mm256_madd_epi16(a1[t][h], ones);
-                        if (two)
-                            si = _mm256_add_epi32(_mm256_slli_epi32(si, 8),
-                                                  _mm256_madd_epi16(a2[t][h], ones));
-                        const __m256 scx = _mm256_mul_ps(sc, _mm256_set1_ps(dx[t][8 * col_i + j]));
-                        fs[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), scx, fs[t][h]);
-                    }
-                }
-            }
-        }
-        for (int j = 0; j < 8; j++)
-            for (int h = h0; h < h0 + nh; h++) {
-                const __m256 m = u8_ps(col + HX_PACK_Q4K_M + 16 * j + 8 * h);
-                for (int t = 0; t < nr; t++)
-                    fm[t][h] = _mm256_fmadd_ps(m, _mm256_set1_ps(s[t][8 * col_i + j]), fm[t][h]);
-            }
-        for (int h = h0; h < h0 + nh; h++) {
-            const __m256 d = f16_ps(col + 16 * h);
-            const __m256 dmin = f16_ps(col + HX_PACK_Q4K_DMIN + 16 * h);
-            for (int t = 0; t < nr; t++) {
-                acc[t][h] = _mm256_fmadd_ps(d, fs[t][h], acc[t][h]);
-                acc[t][h] = _mm256_fnmadd_ps(dmin, fm[t][h], acc[t][h]); /* fma(-dmin, fm, acc) */
-            }
-        }
-    }
-}
+/* ---- Q4_K ---- */
 
-/* The Q4_K tile with up to six activation streams against both halves at once, as tile4 in
+/* Up to six activation streams against both halves of a group at once, as tile4 in
  * packed_avx2.c (see there): streams 2t, 2t + 1 are row t's terms (two terms, ns <= 6) or stream
- * t is row t (one term, ns <= RT). One sub-block at a time (the low nibbles of the 8 chunks of
- * its pair, then the high ones, reloaded from L1); per chunk 2 loads, 2-4 unpack ops, then per
- * stream a broadcast, 2 vpmaddubsw and 2 adds. Same float operations in the same order as
- * tile_q4k, so the same bits. */
+ * t is row t (one term, ns <= RT). Chunk k of chunk group c (8 chunks) holds sub-blocks 2c (low
+ * nibbles) and 2c + 1 (high nibbles); one sub-block at a time (the low nibbles of the 8 chunks,
+ * then the high ones, reloaded from L1): per chunk 2 loads, 2-4 unpack ops, then per stream a
+ * broadcast, 2 vpmaddubsw and 2 adds into an int16 sum 8 vpmaddubsw deep; one vpmaddwd per
+ * sub-block (256 S1 + S2 in int32) and one conversion. The min term needs no codes and is summed
+ * after them, in packed.h's order. acc[t][h] lane l is output 8h + l of the group against row t. */
 #define STREAM_ACC(q, x0, x1)                                                                     \
     do {                                                                                         \
         const __m256i bq = bc4(q);                                                               \
@@ -258,23 +185,40 @@ AI __m256i q6k_codes(const __m256i vl, const __m256i vh, const int qt)
  * activation sums, which folds the code offset out exactly, as packed_avx512.c does: single
  * term a1 = -32 bsum1 + sum(u q1); two terms a1 = sum(u q1), a2 = -32 (256 bsum1 + bsum2) +
  * sum(u q2), so that 256 a1 + a2 is packed.h's A_j. No int32 overflows on the way: |256 a1| <=
- * 256 * 16 * 63 * 127 < 2^25, |a2| <= 32 * 257 * 2032 + 16 * 63 * 127 < 2^25. */
-AI void tile_q6k(const hx_packed *p, const unsigned char *grp, const int8_t *const q1[RT],
-                 const int8_t *const q2[RT], const float *const dx[RT],
-                 const int16_t *const bs1[RT], const int16_t *const bs2[RT], const int nr,
-                 const int h0, const int nh, const bool two, __m256 acc[RT][2])
+ * 256 * 16 * 63 * 127 < 2^25, |a2| <= 32 * 257 * 2032 + 16 * 63 * 127 < 2^25.
+ * Up to four streams run against both halves at once (the stream tile of tile_q4k_streams; the
+ * int16 sums hold only two products, so every chunk pair is widened to int32 and four codes are
+ * live: 4 streams x 2 halves of sums fit, not 6). Streams 2t, 2t + 1 are row t's terms (two
+ * terms) or stream t is row t (one term). */
+#define Q6_ACC(x, a0, a1)                                                                         \
+    do {                                                                                         \
+        const __m256i b0 = bc4(x), b1 = bc4((x) + 4);                                            \
+        a0 = _mm256_add_epi32(                                                                   \
+            a0, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u00, b0),               \
+                                                   _mm256_maddubs_epi16(u10, b1)),              \
+                                  ones));                                                        \
+        a1 = _mm256_add_epi32(                                                                   \
+            a1, _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u01, b0),               \
+                                                   _mm256_maddubs_epi16(u11, b1)),              \
+                                  ones));                                                        \
+        __asm__("" : "+x"(a0), "+x"(a1), "+x"(u00), "+x"(u10), "+x"(u01), "+x"(u11));            \
+    } while (0)
+
+AI void tile_q6k_streams(const hx_packed *p, const unsigned char *grp, const int8_t *const q[4],
+                         const float *const dx[RT], const int16_t *const bs1[RT],
+                         const int16_t *const bs2[RT], const int ns, const bool two,
+                         __m256 acc[RT][2])
 {
     const int64_t n_col = p->n_in / HX_K_N;
+    const int nr = two ? ns / 2 : ns;
     const uintptr_t end = (uintptr_t)p->data + (size_t)p->n_groups * p->group_bytes;
     const __m256i ones = _mm256_set1_epi16(1);
-    for (int t = 0; t < nr; t++)
-        for (int h = h0; h < h0 + nh; h++) acc[t][h] = _mm256_setzero_ps();
+    for (int t = 0; t < nr; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (int64_t col_i = 0; col_i < n_col; col_i++) {
         const unsigned char *col = grp + (size_t)col_i * HX_PACK_Q6K_COL;
-        if (h0 == 0) prefetch_col(col, HX_PACK_Q6K_COL, end);
+        prefetch_col(col, HX_PACK_Q6K_COL, end);
         __m256 fs[RT][2];
-        for (int t = 0; t < nr; t++)
-            for (int h = h0; h < h0 + nh; h++) fs[t][h] = _mm256_setzero_ps();
+        for (int t = 0; t < nr; t++) fs[t][0] = fs[t][1] = _mm256_setzero_ps();
         for (int sh = 0; sh < 2; sh++) {
 #pragma GCC unroll 4
             for (int qt = 0; qt < 4; qt++) {
@@ -283,54 +227,49 @@ AI void tile_q6k(const hx_packed *p, const unsigned char *grp, const int8_t *con
                 for (int i = 0; i < 2; i++) {
                     const int j = 8 * sh + 2 * qt + i;
                     const int64_t e = HX_K_N * col_i + 16 * j, hs = 16 * col_i + j;
-                    __m256i a1[RT][2], a2[RT][2];
+                    /* the -32 code offset folded into the starting sums (above) */
+                    __m256i init[4];
                     for (int t = 0; t < nr; t++) {
-                        const __m256i z = _mm256_setzero_si256();
-                        const __m256i f1 = _mm256_set1_epi32(-32 * bs1[t][hs]);
-                        const __m256i f2 =
-                            _mm256_set1_epi32(-32 * (256 * bs1[t][hs] + bs2[t][hs]));
-                        for (int h = h0; h < h0 + nh; h++) {
-                            a1[t][h] = two ? z : f1;
-                            a2[t][h] = two ? f2 : z;
+                        if (two) {
+                            init[2 * t] = _mm256_setzero_si256();
+                            init[2 * t + 1] =
+                                _mm256_set1_epi32(-32 * (256 * bs1[t][hs] + bs2[t][hs]));
+                        } else {
+                            init[t] = _mm256_set1_epi32(-32 * bs1[t][hs]);
                         }
                     }
+                    __m256i x00 = init[0], x01 = init[0], x10 = x00, x11 = x00, x20 = x00,
+                            x21 = x00, x30 = x00, x31 = x00;
+                    if (ns > 1) x10 = x11 = init[1];
+                    if (ns > 2) x20 = x21 = init[2];
+                    if (ns > 3) x30 = x31 = init[3];
 #pragma GCC unroll 2
                     for (int kp = 0; kp < 2; kp++) {
                         const int k0 = 4 * i + 2 * kp; /* chunks k0, k0 + 1 of the quarter */
-                        for (int h = h0; h < h0 + nh; h++) {
-                            const unsigned char *l0 = ql + 64 * k0 + 32 * h;
-                            const unsigned char *g0 = qh + 64 * k0 + 32 * h;
-                            const __m256i u0 = q6k_codes(_mm256_load_si256((const void *)l0),
-                                                         _mm256_load_si256((const void *)g0), qt);
-                            const __m256i u1 =
-                                q6k_codes(_mm256_load_si256((const void *)(l0 + 64)),
-                                          _mm256_load_si256((const void *)(g0 + 64)), qt);
-                            for (int t = 0; t < nr; t++) {
-                                const int8_t *x1 = q1[t] + e + 8 * kp;
-                                a1[t][h] = _mm256_add_epi32(
-                                    a1[t][h],
-                                    _mm256_madd_epi16(
-                                        _mm256_add_epi16(_mm256_maddubs_epi16(u0, bc4(x1)),
-                                                         _mm256_maddubs_epi16(u1, bc4(x1 + 4))),
-                                        ones));
-                                if (two) {
-                                    const int8_t *x2 = q2[t] + e + 8 * kp;
-                                    a2[t][h] = _mm256_add_epi32(
-                                        a2[t][h],
-                                        _mm256_madd_epi16(
-                                            _mm256_add_epi16(
-                                                _mm256_maddubs_epi16(u0, bc4(x2)),
-                                                _mm256_maddubs_epi16(u1, bc4(x2 + 4))),
-                                            ones));
-                                }
-                            }
-                        }
+                        const unsigned char *l0 = ql + 64 * k0, *g0 = qh + 64 * k0;
+                        __m256i u00 = q6k_codes(_mm256_load_si256((const void *)l0),
+                                                _mm256_load_si256((const void *)g0), qt);
+                        __m256i u10 = q6k_codes(_mm256_load_si256((const void *)(l0 + 64)),
+                                                _mm256_load_si256((const void *)(g0 + 64)), qt);
+                        __m256i u01 = q6k_codes(_mm256_load_si256((const void *)(l0 + 32)),
+                                                _mm256_load_si256((const void *)(g0 + 32)), qt);
+                        __m256i u11 = q6k_codes(_mm256_load_si256((const void *)(l0 + 96)),
+                                                _mm256_load_si256((const void *)(g0 + 96)), qt);
+                        Q6_ACC(q[0] + e + 8 * kp, x00, x01);
+                        if (ns > 1) Q6_ACC(q[1] + e + 8 * kp, x10, x11);
+                        if (ns > 2) Q6_ACC(q[2] + e + 8 * kp, x20, x21);
+                        if (ns > 3) Q6_ACC(q[3] + e + 8 * kp, x30, x31);
                     }
-                    for (int h = h0; h < h0 + nh; h++) {
+                    const __m256i si[4][2] = {{x00, x01}, {x10, x11}, {x20, x21}, {x30, x31}};
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++) {
                         const __m256 sc = i8_ps(col + HX_PACK_Q6K_SC + 16 * j + 8 * h);
+#pragma GCC unroll 4
                         for (int t = 0; t < nr; t++) {
-                            __m256i ai = a1[t][h];
-                            if (two) ai = _mm256_add_epi32(_mm256_slli_epi32(ai, 8), a2[t][h]);
+                            const __m256i ai =
+                                two ? _mm256_add_epi32(_mm256_slli_epi32(si[2 * t][h], 8),
+                                                       si[2 * t + 1][h])
+                                    : si[t][h];
                             const __m256 scx = _mm256_mul_ps(sc, _mm256_set1_ps(dx[t][hs / 2]));
                             fs[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai), scx, fs[t][h]);
                         }
@@ -338,12 +277,13 @@ AI void tile_q6k(const hx_packed *p, const unsigned char *grp, const int8_t *con
                 }
             }
         }
-        for (int h = h0; h < h0 + nh; h++) {
+        for (int h = 0; h < 2; h++) {
             const __m256 d = f16_ps(col + 16 * h);
             for (int t = 0; t < nr; t++) acc[t][h] = _mm256_fmadd_ps(d, fs[t][h], acc[t][h]);
         }
     }
 }
+#undef Q6_ACC
 
 /* ---- driver ---- */
 
@@ -359,22 +299,8 @@ AI void store_n(float *dst, __m256 v, int64_t n)
     }
 }
 
-/* Rows [0, nr) of a tile against halves [h0, h0 + nh) of one group, fmt's tile (constants). */
-AI void tile_k(const hx_packed *p, const unsigned char *grp, const int8_t *const q1[RT],
-               const int8_t *const q2[RT], const float *const dx[RT], const float *const s[RT],
-               const int16_t *const bs1[RT], const int16_t *const bs2[RT], const int nr,
-               const int h0, const int nh, const hx_dtype fmt, const bool two,
-               __m256 acc[RT][2])
-{
-    if (fmt == HX_DT_Q4_K) tile_q4k(p, grp, q1, q2, dx, s, nr, h0, nh, two, acc);
-    else tile_q6k(p, grp, q1, q2, dx, bs1, bs2, nr, h0, nh, two, acc);
-}
-
-#define TILE_NR(nr_, h0_, nh_) tile_k(p, grp, q1, q2, dx, sr, bs1, bs2, nr_, h0_, nh_, fmt, two, acc)
-
 /* One format and term count: groups outer (a group's codes stay in L1/L2 while every row tile
- * passes over them), row tiles inner; one row runs both halves at once, more rows one half at
- * a time (the file header). */
+ * passes over them), row tiles of the format's stream count inner. */
 AI void run(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x, const hx_act *x2,
             const float *s, int64_t r0, int64_t r1, float *out, int64_t ld_out,
             const hx_dtype fmt, const bool two)
@@ -412,11 +338,15 @@ AI void run(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x, const h
                 default: tile_q4k_streams(p, grp, q, dx, sr, 6, true, acc); break;
                 }
             } else {
-                switch (nr) { /* constant row counts, so every loop over rows unrolls */
-                case 1: TILE_NR(1, 0, 2); break;
-                case 2: TILE_NR(2, 0, 1); TILE_NR(2, 1, 1); break;
-                case 3: TILE_NR(3, 0, 1); TILE_NR(3, 1, 1); break;
-                default: TILE_NR(4, 0, 1); TILE_NR(4, 1, 1); break;
+                /* up to four streams: rows in pairs with two terms, in fours with one */
+                if (two && nr > 2) nr = 2;
+                const int8_t *const q[4] = {q1[0], two ? q2[0] : q1[1], two ? q1[1] : q1[2],
+                                            two ? q2[1] : q1[3]};
+                switch (two ? 2 * nr : nr) { /* constant stream counts */
+                case 1: tile_q6k_streams(p, grp, q, dx, bs1, bs2, 1, false, acc); break;
+                case 2: tile_q6k_streams(p, grp, q, dx, bs1, bs2, 2, two, acc); break;
+                case 3: tile_q6k_streams(p, grp, q, dx, bs1, bs2, 3, false, acc); break;
+                default: tile_q6k_streams(p, grp, q, dx, bs1, bs2, 4, two, acc); break;
                 }
             }
             for (int t = 0; t < nr; t++) {
@@ -427,7 +357,6 @@ AI void run(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x, const h
         }
     }
 }
-#undef TILE_NR
 
 /* One function per format, so each gets its own register allocation. */
 static __attribute__((noinline)) void run_q4k(const hx_packed *p, int64_t g0, int64_t g1,
