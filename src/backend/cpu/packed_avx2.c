@@ -29,24 +29,7 @@
 
 #include "kernels_int.h"
 #include "packed.h"
-
-#define AI static inline __attribute__((always_inline))
-
-enum { RT = 4 };
-enum { PF = 8192 }; /* software prefetch distance, as packed_avx512.c measured */
-
-AI __m256i bc4(const int8_t *q)
-{
-    int32_t v;
-    memcpy(&v, q, 4);
-    return _mm256_set1_epi32(v);
-}
-
-AI void prefetch_col(const unsigned char *col, size_t col_bytes, uintptr_t end)
-{
-    for (uintptr_t a = (uintptr_t)col + PF; a < (uintptr_t)col + PF + col_bytes; a += 64)
-        if (a < end) _mm_prefetch((const char *)a, _MM_HINT_T2);
-}
+#include "packed_avx2.h"
 
 /* Rows [0, nr) of a tile against halves [h0, h0 + nh) of one group: acc[t][h] lane l = output
  * 8h + l of the group. nr, h0, nh, fmt and two are constants after inlining. */
@@ -150,23 +133,14 @@ AI void tile(const hx_packed *p, const unsigned char *grp, const int8_t *const q
     }
 }
 
-/* Prefill, Q4_0/Q4_1: four activation streams (two rows x two terms, or four rows of one term)
- * against both halves of a group at once. The generic tile above runs one half per pass with
- * arrays of sums the compiler keeps on the stack; here every value has its own variable: 8 int16
- * sums, 2 unpacked code vectors, a broadcast and a product (12 ymm), so nothing spills in the
- * code loop and each broadcast feeds both halves. Per chunk: 2 loads and 6 unpack ops, then 8
- * broadcasts, 16 vpmaddubsw and 16 adds for 16 x 32 x 4 multiply-adds.
- * Stream k's int32 sums of block b go to si[k][h] and then through the epilogue of its mode. */
-#define STREAM_ACC(q, x0, x1)                                                                     \
-    do {                                                                                         \
-        const __m256i bq = bc4(q);                                                               \
-        x0 = _mm256_add_epi16(x0, _mm256_maddubs_epi16(w0, bq));                                 \
-        x1 = _mm256_add_epi16(x1, _mm256_maddubs_epi16(w1, bq));                                 \
-        __asm__("" : "+x"(x0), "+x"(x1), "+x"(w0), "+x"(w1));                                    \
-    } while (0)
-
-/* ns streams (1..6; a constant after inlining): rows t < nr = ns / 2 (two terms, streams 2t and
- * 2t + 1) or nr = ns (one term, ns <= RT); acc[t][h] lane l = output 8h + l of the group. */
+/* The stream tile, Q4_0/Q4_1: ns activation streams (1..6, a constant after inlining; a stream
+ * is one row's term) against both halves of a group at once. The generic tile above runs one
+ * half per pass with arrays of sums the compiler keeps on the stack; here every value has its
+ * own variable: 12 int16 sums, 2 unpacked code vectors, a broadcast and a product fit the 16
+ * ymm, so nothing spills in the code loop and each broadcast feeds both halves. Per chunk and six
+ * streams: 2 loads and 6 unpack ops, then 12 broadcasts, 24 vpmaddubsw and 24 adds
+ * (STREAM_ACC, packed_avx2.h). Rows t < nr = ns / 2 (two terms, streams 2t and 2t + 1) or
+ * nr = ns (one term, ns <= RT); acc[t][h] lane l = output 8h + l of the group. */
 AI void tile4(const hx_packed *p, const unsigned char *grp, const int8_t *const q[6],
               const float *const d[RT], const float *const s[RT], const int ns,
               const hx_dtype fmt, const bool two, __m256 acc[RT][2])
@@ -239,19 +213,6 @@ AI void tile4(const hx_packed *p, const unsigned char *grp, const int8_t *const 
             }
         }
     }
-}
-#undef STREAM_ACC
-
-/* Stores lanes [0, n) of v at dst (n <= 8). */
-AI void store_n(float *dst, __m256 v, int64_t n)
-{
-    if (n >= 8) {
-        _mm256_storeu_ps(dst, v);
-        return;
-    }
-    float tmp[8];
-    _mm256_storeu_ps(tmp, v);
-    memcpy(dst, tmp, (size_t)(n > 0 ? n : 0) * sizeof(float));
 }
 
 /* Constant row counts, so every loop over rows unrolls. */

@@ -30,27 +30,7 @@
 
 #include "kernels_int.h"
 #include "packed.h"
-
-#define AI static inline __attribute__((always_inline))
-
-enum { RT = 4 };
-enum { PF = 8192 }; /* software prefetch distance, as packed_avx512.c measured */
-
-/* The 4 activation bytes q[0..4) broadcast to every lane. */
-AI __m256i bc4(const int8_t *q)
-{
-    int32_t v;
-    memcpy(&v, q, 4);
-    return _mm256_set1_epi32(v);
-}
-
-/* Prefetches a block column's worth of bytes PF ahead of col into L2. The addresses are integers
- * because they may pass the end of the data. */
-AI void prefetch_col(const unsigned char *col, size_t col_bytes, uintptr_t end)
-{
-    for (uintptr_t a = (uintptr_t)col + PF; a < (uintptr_t)col + PF + col_bytes; a += 64)
-        if (a < end) _mm_prefetch((const char *)a, _MM_HINT_T2);
-}
+#include "packed_avx2.h"
 
 /* The 8 bytes at p (one half's unsigned Q4_K scales or mins) as floats. */
 AI __m256 u8_ps(const unsigned char *p)
@@ -80,14 +60,6 @@ AI __m256 f16_ps(const unsigned char *p)
  * broadcast, 2 vpmaddubsw and 2 adds into an int16 sum 8 vpmaddubsw deep; one vpmaddwd per
  * sub-block (256 S1 + S2 in int32) and one conversion. The min term needs no codes and is summed
  * after them, in packed.h's order. acc[t][h] lane l is output 8h + l of the group against row t. */
-#define STREAM_ACC(q, x0, x1)                                                                     \
-    do {                                                                                         \
-        const __m256i bq = bc4(q);                                                               \
-        x0 = _mm256_add_epi16(x0, _mm256_maddubs_epi16(w0, bq));                                 \
-        x1 = _mm256_add_epi16(x1, _mm256_maddubs_epi16(w1, bq));                                 \
-        __asm__("" : "+x"(x0), "+x"(x1), "+x"(w0), "+x"(w1));                                    \
-    } while (0)
-
 AI void tile_q4k_streams(const hx_packed *p, const unsigned char *grp, const int8_t *const q[6],
                          const float *const dx[RT], const float *const s[RT], const int ns,
                          const bool two, __m256 acc[RT][2])
@@ -160,7 +132,6 @@ AI void tile_q4k_streams(const hx_packed *p, const unsigned char *grp, const int
         }
     }
 }
-#undef STREAM_ACC
 
 /* ---- Q6_K ---- */
 
@@ -286,18 +257,6 @@ AI void tile_q6k_streams(const hx_packed *p, const unsigned char *grp, const int
 #undef Q6_ACC
 
 /* ---- driver ---- */
-
-/* Stores lanes [0, n) of v at dst; nothing for n <= 0. */
-AI void store_n(float *dst, __m256 v, int64_t n)
-{
-    if (n >= 8) {
-        _mm256_storeu_ps(dst, v);
-    } else if (n > 0) {
-        const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n),
-                                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        _mm256_maskstore_ps(dst, keep, v);
-    }
-}
 
 /* One format and term count: groups outer (a group's codes stay in L1/L2 while every row tile
  * passes over them), row tiles of the format's stream count inner. */
