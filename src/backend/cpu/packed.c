@@ -7,9 +7,6 @@
 
 #include <math.h>
 #include <string.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "base/cpu.h"
 #include "base/err.h"
@@ -99,48 +96,15 @@ static void pack_k_lane(const hx_wmat *w, int64_t o, int64_t b, int r, unsigned 
     }
 }
 
-#if defined(__SSE2__)
-/* Block column b of a group whose 16 rows o0.. all exist (Q4_0/Q4_1/Q8_0), with SSE2 (baseline
- * on x86-64): the same bytes as the src_block path, but each 4 rows' 16-byte code runs are one
- * 4 x 4 transpose of dwords (chunk k holds dword k of every row), not 64 small copies. Repacking
- * is most of the start-up of a small model (SmolLM2-135M: ~1/3 of a 1-token run's CPU). */
-static void pack_full_column(const hx_packed *p, const hx_wmat *w, int64_t o0, int64_t b,
-                             unsigned char *sc, unsigned char *cb)
-{
-    const bool q8 = p->dtype == HX_DT_Q8_0, q41 = p->dtype == HX_DT_Q4_1;
-    const size_t bsz = q8 ? sizeof(hx_block_q8_0) : q41 ? sizeof(hx_block_q4_1)
-                                                        : sizeof(hx_block_q4_0);
-    const size_t qoff = q41 ? 4 : 2; /* the codes follow d (and Q4_1's m) */
-    const unsigned char *blk[HX_PACK_ROWS];
-    for (int r = 0; r < HX_PACK_ROWS; r++) {
-        blk[r] = (const unsigned char *)kn_wrow(w, o0 + r) + (size_t)b * bsz;
-        memcpy(sc + 2 * r, blk[r], 2);
-        if (q41) memcpy(sc + 32 + 2 * r, blk[r] + 2, 2);
-    }
-    const __m128i flip = _mm_set1_epi8(q8 ? (char)0x80 : 0);
-    for (int h = 0; h < (q8 ? 2 : 1); h++)
-        for (int r = 0; r < HX_PACK_ROWS; r += 4) {
-            __m128i x[4];
-            for (int i = 0; i < 4; i++)
-                x[i] = _mm_xor_si128(
-                    _mm_loadu_si128((const __m128i *)(const void *)(blk[r + i] + qoff + 16 * h)),
-                    flip);
-            const __m128i t0 = _mm_unpacklo_epi32(x[0], x[1]), t1 = _mm_unpacklo_epi32(x[2], x[3]);
-            const __m128i t2 = _mm_unpackhi_epi32(x[0], x[1]), t3 = _mm_unpackhi_epi32(x[2], x[3]);
-            unsigned char *c = cb + 64 * 4 * h + 4 * r;
-            _mm_storeu_si128((__m128i *)(void *)c, _mm_unpacklo_epi64(t0, t1));
-            _mm_storeu_si128((__m128i *)(void *)(c + 64), _mm_unpackhi_epi64(t0, t1));
-            _mm_storeu_si128((__m128i *)(void *)(c + 128), _mm_unpacklo_epi64(t2, t3));
-            _mm_storeu_si128((__m128i *)(void *)(c + 192), _mm_unpackhi_epi64(t2, t3));
-        }
-}
-#endif
 
 void hx_pack_groups(const hx_packed *p, const hx_wmat *w, int64_t g0, int64_t g1)
 {
     const int64_t nb = p->n_in / p->col_n;
     const bool kq = p->col_n == HX_K_N;
     const int chunks = (int)(p->col_bytes / 64);
+#if defined(__x86_64__)
+    const bool avx2 = (hx_cpu_isa() & HX_ISA_AVX2) != 0;
+#endif
     for (int64_t g = g0; g < g1; g++) {
         unsigned char *grp = p->data + (size_t)g * p->group_bytes;
         unsigned char *codes = grp + p->sc_bytes;
@@ -154,9 +118,9 @@ void hx_pack_groups(const hx_packed *p, const hx_wmat *w, int64_t g0, int64_t g1
                 continue;
             }
             unsigned char *sc = grp + (size_t)b * (p->dtype == HX_DT_Q4_1 ? 64 : 32);
-#if defined(__SSE2__)
-            if ((g + 1) * HX_PACK_ROWS <= w->n_out) {
-                pack_full_column(p, w, g * HX_PACK_ROWS, b, sc, cb);
+#if defined(__x86_64__)
+            if (avx2 && (g + 1) * HX_PACK_ROWS <= w->n_out) {
+                hx_pack_column_avx2(p, w, g * HX_PACK_ROWS, b, sc, cb);
                 continue;
             }
 #endif

@@ -125,6 +125,12 @@ size_t hx_pack_layout(hx_packed *p, const hx_wmat *w);
  * disjoint group ranges at once. */
 void hx_pack_groups(const hx_packed *p, const hx_wmat *w, int64_t g0, int64_t g1);
 
+/* Block column b of group rows o0 .. o0 + 15 (all < n_out) of a Q4_0/Q4_1/Q8_0 matrix, written as
+ * hx_pack_groups writes it (scales at sc, codes at cb), with AVX2-file intrinsics (x86-64 builds
+ * only; hx_pack_groups uses it where the CPU has AVX2). */
+void hx_pack_column_avx2(const hx_packed *p, const hx_wmat *w, int64_t o0, int64_t b,
+                         unsigned char *sc, unsigned char *cb);
+
 /* s[r * nb + b] = d1 * sum(q1) (+ d2 * sum(q2) when x2) over block b of rows [r0, r1) of x,
  * nb = x->n / 32: the activation sums the packed matmul needs (Q6_K reads the integer bsum of
  * x and x2 instead and ignores them). */
