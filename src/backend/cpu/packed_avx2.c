@@ -1,5 +1,5 @@
-/* packed_avx2.c - the packed (16-row interleaved) matmul with AVX2 (packed.h), Q4_0/Q4_1/Q8_0;
- * the K-quants are in packed_k_avx2.c.
+/* packed_avx2.c - the packed (16-row interleaved) matmul with AVX2 (packed.h), Q4_0/Q4_1/Q8_0,
+ * and the repacking of their columns at load; the K-quants are in packed_k_avx2.c.
  *
  * AVX2 has no vpdpbusd. Its integer dot is vpmaddubsw (unsigned byte x signed byte, adjacent
  * pairs summed into int16, saturating) then vpmaddwd by ones (pairs of int16 into int32). A
