@@ -11,17 +11,19 @@
  * takes the signed codes w = u ^ 0x80 and multiplies |w| by the activations carrying w's sign
  * (pairs <= 2 * 127 * 127 = 32258, one vpmaddwd per chunk); k is then 0 instead of -128.
  *
- * Q4_0/Q4_1 run tile4: up to four activation "streams" (one row's two terms, two rows' two
- * terms, or one to four rows of one term) against both halves of a group in one pass, every
- * value in its own variable: 8 int16 sums, 2 unpacked code vectors, a broadcast and a product
- * fit the 16 ymm, and each broadcast feeds both halves. Q8_0 (whose sign trick needs more
- * registers) runs the generic tile: one row both halves at once, more rows one half at a time.
+ * Q4_0/Q4_1 run the stream tile (tile_streams): up to six activation "streams" (a stream is
+ * one row's term: three rows of two terms, or one to four rows of one term) against both halves
+ * of a group in one pass, every value in its own variable: 12 int16 sums, 2 unpacked code
+ * vectors, a broadcast and a product fit the 16 ymm, and each broadcast feeds both halves. Q8_0
+ * (whose sign trick widens every chunk to int32) runs tile_q8: one row both halves at once, more
+ * rows one half per pass.
  *
- * Napkin math (tile4, per 64-byte chunk, four streams): 2 loads + 6 unpack ops, 8 broadcasts,
- * 16 vpmaddubsw + 16 int16 adds for 16 x 8 x 4 multiply-adds; then per block 8 vpmaddwd and ~40
- * float ops. Measured (hx-dot-bench, one thread, W 8192x2048 Q4_0, 512 rows): two terms 84 GOP/s
- * against 61 for the generic tile, one term 149 against 107; decode (one row, two terms) 22 GB/s
- * hot against 16, so a row streams from DRAM at ~90% of a thread's read bandwidth. */
+ * Napkin math (stream tile, per 64-byte chunk, six streams): 2 loads + 6 unpack ops, 12
+ * broadcasts, 24 vpmaddubsw + 24 int16 adds for 16 x 8 x 6 multiply-adds; then per block 12
+ * vpmaddwd and ~40 float ops: ~262 vector ops per 1536 multiply-adds. Measured (hx-dot-bench,
+ * one thread, W 8192x2048 Q4_0, 512 rows): two terms 99 GOP/s against 61 for the earlier
+ * one-half-per-pass tile, one term 146 against 107; decode (one row, two terms) 22 GB/s hot
+ * against 16. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <stdint.h>
@@ -31,19 +33,19 @@
 #include "packed.h"
 #include "packed_avx2.h"
 
-/* Rows [0, nr) of a tile against halves [h0, h0 + nh) of one group: acc[t][h] lane l = output
- * 8h + l of the group. nr, h0, nh, fmt and two are constants after inlining. */
-AI void tile(const hx_packed *p, const unsigned char *grp, const int8_t *const q1[RT],
-             const int8_t *const q2[RT], const float *const d1[RT], const float *const d2[RT],
-             const float *const s[RT], const int nr, const int h0, const int nh,
-             const hx_dtype fmt, const bool two, __m256 acc[RT][2])
+/* Q8_0: rows [0, nr) against halves [h0, h0 + nh) of one group (acc[t][h] lane l = output
+ * 8h + l); nr, h0, nh and two are constants after inlining. Each chunk's pairs are widened to
+ * int32 at once (the sign trick's products nearly fill int16), so the sums live in arrays of
+ * int32 and one row runs both halves, more rows one half per pass. */
+AI void tile_q8(const hx_packed *p, const unsigned char *grp, const int8_t *const q1[RT],
+                const int8_t *const q2[RT], const float *const d1[RT],
+                const float *const d2[RT], const int nr, const int h0, const int nh,
+                const bool two, __m256 acc[RT][2])
 {
     const int64_t nb = p->n_in / 32;
     const unsigned char *codes = grp + p->sc_bytes;
     const uintptr_t end = (uintptr_t)p->data + (size_t)p->n_groups * p->group_bytes;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
-    const float k = fmt == HX_DT_Q4_0 ? -8.0f : 0.0f;
+    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
     #pragma GCC unroll 8
     for (int t = 0; t < nr; t++)
         #pragma GCC unroll 8
@@ -57,77 +59,37 @@ AI void tile(const hx_packed *p, const unsigned char *grp, const int8_t *const q
         const unsigned char *cb = codes + (size_t)b * p->col_bytes;
         const int64_t e = 32 * b;
         if (h0 == 0) prefetch_col(cb, p->col_bytes, end);
-        if (fmt == HX_DT_Q8_0) {
+        #pragma GCC unroll 8
+        for (int c = 0; c < 8; c++)
             #pragma GCC unroll 8
-            for (int c = 0; c < 8; c++)
+            for (int h = h0; h < h0 + nh; h++) {
+                const __m256i w = _mm256_xor_si256(
+                    _mm256_load_si256((const void *)(cb + 64 * c + 32 * h)), flip);
+                const __m256i aw = _mm256_abs_epi8(w);
                 #pragma GCC unroll 8
-                for (int h = h0; h < h0 + nh; h++) {
-                    const __m256i w = _mm256_xor_si256(
-                        _mm256_load_si256((const void *)(cb + 64 * c + 32 * h)), flip);
-                    const __m256i aw = _mm256_abs_epi8(w);
-                    #pragma GCC unroll 8
-                    for (int t = 0; t < nr; t++) {
-                        const __m256i p1 = _mm256_maddubs_epi16(
-                            aw, _mm256_sign_epi8(bc4(q1[t] + e + 4 * c), w));
-                        a1[t][h] = _mm256_add_epi32(a1[t][h], _mm256_madd_epi16(p1, ones));
-                        if (two) {
-                            const __m256i p2 = _mm256_maddubs_epi16(
-                                aw, _mm256_sign_epi8(bc4(q2[t] + e + 4 * c), w));
-                            a2[t][h] = _mm256_add_epi32(a2[t][h], _mm256_madd_epi16(p2, ones));
-                        }
+                for (int t = 0; t < nr; t++) {
+                    const __m256i p1 = _mm256_maddubs_epi16(
+                        aw, _mm256_sign_epi8(bc4(q1[t] + e + 4 * c), w));
+                    a1[t][h] = _mm256_add_epi32(a1[t][h], _mm256_madd_epi16(p1, ones));
+                    if (two) {
+                        const __m256i p2 = _mm256_maddubs_epi16(
+                            aw, _mm256_sign_epi8(bc4(q2[t] + e + 4 * c), w));
+                        a2[t][h] = _mm256_add_epi32(a2[t][h], _mm256_madd_epi16(p2, ones));
                     }
                 }
-        } else {
-            #pragma GCC unroll 8
-            for (int c = 0; c < 4; c++)
-                #pragma GCC unroll 8
-                for (int h = h0; h < h0 + nh; h++) {
-                    const __m256i v = _mm256_load_si256((const void *)(cb + 64 * c + 32 * h));
-                    const __m256i lo = _mm256_and_si256(v, m4);
-                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                    #pragma GCC unroll 8
-                    for (int t = 0; t < nr; t++) {
-                        a1[t][h] = _mm256_add_epi16(
-                            a1[t][h],
-                            _mm256_add_epi16(_mm256_maddubs_epi16(lo, bc4(q1[t] + e + 4 * c)),
-                                             _mm256_maddubs_epi16(hi, bc4(q1[t] + e + 16 + 4 * c))));
-                        if (two)
-                            a2[t][h] = _mm256_add_epi16(
-                                a2[t][h],
-                                _mm256_add_epi16(
-                                    _mm256_maddubs_epi16(lo, bc4(q2[t] + e + 4 * c)),
-                                    _mm256_maddubs_epi16(hi, bc4(q2[t] + e + 16 + 4 * c))));
-                    }
-                }
-            #pragma GCC unroll 8
-            for (int t = 0; t < nr; t++)
-                #pragma GCC unroll 8
-                for (int h = h0; h < h0 + nh; h++) {
-                    a1[t][h] = _mm256_madd_epi16(a1[t][h], ones);
-                    if (two) a2[t][h] = _mm256_madd_epi16(a2[t][h], ones);
-                }
-        }
-        const unsigned char *sc = grp + (size_t)b * (fmt == HX_DT_Q4_1 ? 64 : 32);
+            }
+        const unsigned char *sc = grp + (size_t)b * 32;
         #pragma GCC unroll 8
         for (int h = h0; h < h0 + nh; h++) {
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(sc + 16 * h)));
-            const __m256 mw =
-                fmt == HX_DT_Q4_1
-                    ? _mm256_cvtph_ps(_mm_loadu_si128((const void *)(sc + 32 + 16 * h)))
-                    : _mm256_setzero_ps();
             #pragma GCC unroll 8
             for (int t = 0; t < nr; t++) {
                 /* two terms: d2 = d1 / 256, so S = 256 S1 + S2 in integers, one conversion */
                 __m256i si = a1[t][h];
                 if (two) si = _mm256_add_epi32(_mm256_slli_epi32(si, 8), a2[t][h]);
                 const __m256 dx = _mm256_set1_ps(two ? d2[t][b] : d1[t][b]);
-                const __m256 v = fmt == HX_DT_Q4_0
-                                     ? _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), dx,
-                                                       _mm256_set1_ps(k * s[t][b]))
-                                     : _mm256_mul_ps(_mm256_cvtepi32_ps(si), dx);
-                acc[t][h] = _mm256_fmadd_ps(v, dw, acc[t][h]);
-                if (fmt == HX_DT_Q4_1)
-                    acc[t][h] = _mm256_fmadd_ps(_mm256_set1_ps(s[t][b]), mw, acc[t][h]);
+                acc[t][h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(si), dx), dw,
+                                            acc[t][h]);
             }
         }
     }
@@ -141,16 +103,15 @@ AI void tile(const hx_packed *p, const unsigned char *grp, const int8_t *const q
  * streams: 2 loads and 6 unpack ops, then 12 broadcasts, 24 vpmaddubsw and 24 adds
  * (STREAM_ACC, packed_avx2.h). Rows t < nr = ns / 2 (two terms, streams 2t and 2t + 1) or
  * nr = ns (one term, ns <= RT); acc[t][h] lane l = output 8h + l of the group. */
-AI void tile4(const hx_packed *p, const unsigned char *grp, const int8_t *const q[6],
-              const float *const d[RT], const float *const s[RT], const int ns,
-              const hx_dtype fmt, const bool two, __m256 acc[RT][2])
+AI void tile_streams(const hx_packed *p, const unsigned char *grp, const int8_t *const q[6],
+                     const float *const d[RT], const float *const s[RT], const int ns,
+                     const hx_dtype fmt, const bool two, __m256 acc[RT][2])
 {
     const int64_t nb = p->n_in / 32;
     const int nr = two ? ns / 2 : ns;
     const unsigned char *codes = grp + p->sc_bytes;
     const uintptr_t end = (uintptr_t)p->data + (size_t)p->n_groups * p->group_bytes;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    const __m256i c256 = _mm256_set1_epi16(256);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     const float k = fmt == HX_DT_Q4_0 ? -8.0f : 0.0f;
     for (int t = 0; t < nr; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -179,16 +140,10 @@ AI void tile4(const hx_packed *p, const unsigned char *grp, const int8_t *const 
             if (ns > 4) STREAM_ACC(q[4] + e + 16 + 4 * c, x40, x41);
             if (ns > 5) STREAM_ACC(q[5] + e + 16 + 4 * c, x50, x51);
         }
-        /* int32 sums; a row's first term (even streams, two terms) times 256 in the same op */
-        const __m256i hi = two ? c256 : ones;
-        const __m256i si[6][2] = {
-            {_mm256_madd_epi16(x00, hi), _mm256_madd_epi16(x01, hi)},
-            {_mm256_madd_epi16(x10, ones), _mm256_madd_epi16(x11, ones)},
-            {_mm256_madd_epi16(x20, hi), _mm256_madd_epi16(x21, hi)},
-            {_mm256_madd_epi16(x30, ones), _mm256_madd_epi16(x31, ones)},
-            {_mm256_madd_epi16(x40, hi), _mm256_madd_epi16(x41, hi)},
-            {_mm256_madd_epi16(x50, ones), _mm256_madd_epi16(x51, ones)},
-        };
+        __m256i rs[RT][2];
+        stream_row_sums((const __m256i[6][2]){{x00, x01}, {x10, x11}, {x20, x21}, {x30, x31},
+                                              {x40, x41}, {x50, x51}},
+                        ns, two, rs);
         const unsigned char *sc = grp + (size_t)b * (fmt == HX_DT_Q4_1 ? 64 : 32);
         #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
@@ -199,9 +154,7 @@ AI void tile4(const hx_packed *p, const unsigned char *grp, const int8_t *const 
                     : _mm256_setzero_ps();
             #pragma GCC unroll 4
             for (int t = 0; t < nr; t++) {
-                /* streams 2t, 2t + 1 are row t's terms (d2 = d1 / 256: S = 256 S1 + S2) */
-                const __m256i st =
-                    two ? _mm256_add_epi32(si[2 * t][h], si[2 * t + 1][h]) : si[t][h];
+                const __m256i st = rs[t][h];
                 const __m256 dx = _mm256_set1_ps(d[t][b]);
                 const __m256 v = fmt == HX_DT_Q4_0
                                      ? _mm256_fmadd_ps(_mm256_cvtepi32_ps(st), dx,
@@ -216,11 +169,9 @@ AI void tile4(const hx_packed *p, const unsigned char *grp, const int8_t *const 
 }
 
 /* Constant row counts, so every loop over rows unrolls. */
-#define TILE_NR(nr_, h0_, nh_)                                                                   \
-    tile(p, grp, q1, q2, d1, d2, sr, nr_, h0_, nh_, fmt, two, acc)
+#define TILE_NR(nr_, h0_, nh_) tile_q8(p, grp, q1, q2, d1, d2, nr_, h0_, nh_, two, acc)
 
-/* One format and term count: groups outer, row tiles inner; one row runs both halves at once,
- * more rows one half at a time (the file header). */
+/* One format and term count: groups outer, row tiles inner (the file header). */
 AI void run(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x, const hx_act *x2,
             const float *s, int64_t r0, int64_t r1, float *out, int64_t ld_out,
             const hx_dtype fmt, const bool two)
@@ -246,20 +197,20 @@ AI void run(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x, const h
             if (fmt != HX_DT_Q8_0) {
                 /* up to six streams: rows in threes with two terms, in fours with one */
                 if (two && nr > 3) nr = 3;
-                const int8_t *const q[6] = {q1[0], two ? q2[0] : q1[1], two ? q1[1] : q1[2],
-                                            two ? q2[1] : q1[3], q1[2], q2[2]};
+                const int8_t *q[6];
+                stream_ptrs(q1, q2, two, q);
                 if (two) {
                     switch (nr) {
-                    case 1: tile4(p, grp, q, d2, sr, 2, fmt, true, acc); break;
-                    case 2: tile4(p, grp, q, d2, sr, 4, fmt, true, acc); break;
-                    default: tile4(p, grp, q, d2, sr, 6, fmt, true, acc); break;
+                    case 1: tile_streams(p, grp, q, d2, sr, 2, fmt, true, acc); break;
+                    case 2: tile_streams(p, grp, q, d2, sr, 4, fmt, true, acc); break;
+                    default: tile_streams(p, grp, q, d2, sr, 6, fmt, true, acc); break;
                     }
                 } else {
                     switch (nr) {
-                    case 1: tile4(p, grp, q, d1, sr, 1, fmt, false, acc); break;
-                    case 2: tile4(p, grp, q, d1, sr, 2, fmt, false, acc); break;
-                    case 3: tile4(p, grp, q, d1, sr, 3, fmt, false, acc); break;
-                    default: tile4(p, grp, q, d1, sr, 4, fmt, false, acc); break;
+                    case 1: tile_streams(p, grp, q, d1, sr, 1, fmt, false, acc); break;
+                    case 2: tile_streams(p, grp, q, d1, sr, 2, fmt, false, acc); break;
+                    case 3: tile_streams(p, grp, q, d1, sr, 3, fmt, false, acc); break;
+                    default: tile_streams(p, grp, q, d1, sr, 4, fmt, false, acc); break;
                     }
                 }
             } else {

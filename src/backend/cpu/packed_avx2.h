@@ -52,4 +52,33 @@ AI void store_n(float *dst, __m256 v, int64_t n)
         __asm__("" : "+x"(x0), "+x"(x1), "+x"(w0), "+x"(w1));                                    \
     } while (0)
 
+/* The activation rows of a stream tile's six streams: streams 2t, 2t + 1 are row t's two terms
+ * (two), or stream t is row t (one term); the entries a tile does not use point at row 0. */
+AI void stream_ptrs(const int8_t *const q1[RT], const int8_t *const q2[RT], const bool two,
+                    const int8_t *q[6])
+{
+    for (int k = 0; k < 6; k++) q[k] = q1[0];
+    for (int t = 0; t < (two ? 3 : RT); t++) {
+        if (two) {
+            q[2 * t]     = q1[t];
+            q[2 * t + 1] = q2[t];
+        } else {
+            q[t] = q1[t];
+        }
+    }
+}
+
+/* A block's int16 stream sums x[k][h] as row sums in int32, rows t < nr of ns streams: one
+ * vpmaddwd per stream and half; with two terms the first term's is by 256, so row t's sum is
+ * 256 S1 + S2 exactly (d2 = d1 / 256), one conversion later. */
+AI void stream_row_sums(const __m256i x[6][2], const int ns, const bool two, __m256i rs[RT][2])
+{
+    const __m256i ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
+    for (int t = 0; t < (two ? ns / 2 : ns); t++)
+        for (int h = 0; h < 2; h++)
+            rs[t][h] = two ? _mm256_add_epi32(_mm256_madd_epi16(x[2 * t][h], c256),
+                                              _mm256_madd_epi16(x[2 * t + 1][h], ones))
+                           : _mm256_madd_epi16(x[t][h], ones);
+}
+
 #endif

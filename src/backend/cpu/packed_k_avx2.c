@@ -11,7 +11,7 @@
  * 8 vpmaddubsw add up in int16 (<= 30480) before one vpmaddwd; a Q6_K pair is at most
  * 2 * 63 * 127 = 16002, so only 2 may be added (<= 32004) before each vpmaddwd.
  *
- * Registers: 16 ymm. Both formats run "stream" tiles (tile4 in packed_avx2.c): a stream is one
+ * Registers: 16 ymm. Both formats run "stream" tiles (tile_streams in packed_avx2.c): a stream is one
  * row's term, and every stream runs against both halves in one pass over the codes, each sum in
  * its own variable so nothing spills: Q4_K up to six streams (three rows of two terms), taking
  * one nibble (one sub-block) at a time and loading each chunk twice from L1; Q6_K up to four,
@@ -52,7 +52,7 @@ AI __m256 f16_ps(const unsigned char *p)
 
 /* ---- Q4_K ---- */
 
-/* Up to six activation streams against both halves of a group at once, as tile4 in
+/* Up to six activation streams against both halves of a group at once, as tile_streams in
  * packed_avx2.c (see there): streams 2t, 2t + 1 are row t's terms (two terms, ns <= 6) or stream
  * t is row t (one term, ns <= RT). Chunk k of chunk group c (8 chunks) holds sub-blocks 2c (low
  * nibbles) and 2c + 1 (high nibbles); one sub-block at a time (the low nibbles of the 8 chunks,
@@ -67,8 +67,7 @@ AI void tile_q4k_streams(const hx_packed *p, const unsigned char *grp, const int
     const int64_t n_col = p->n_in / HX_K_N;
     const int nr = two ? ns / 2 : ns;
     const uintptr_t end = (uintptr_t)p->data + (size_t)p->n_groups * p->group_bytes;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    const __m256i hi = two ? _mm256_set1_epi16(256) : ones;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int t = 0; t < nr; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (int64_t col_i = 0; col_i < n_col; col_i++) {
         const unsigned char *col = grp + (size_t)col_i * HX_PACK_Q4K_COL;
@@ -95,24 +94,17 @@ AI void tile_q4k_streams(const hx_packed *p, const unsigned char *grp, const int
                 if (ns > 4) STREAM_ACC(q[4] + e + 4 * k, x40, x41);
                 if (ns > 5) STREAM_ACC(q[5] + e + 4 * k, x50, x51);
             }
-            /* int32 sums; a row's first term (even streams, two terms) times 256 in the same op */
-            const __m256i si[6][2] = {
-                {_mm256_madd_epi16(x00, hi), _mm256_madd_epi16(x01, hi)},
-                {_mm256_madd_epi16(x10, ones), _mm256_madd_epi16(x11, ones)},
-                {_mm256_madd_epi16(x20, hi), _mm256_madd_epi16(x21, hi)},
-                {_mm256_madd_epi16(x30, ones), _mm256_madd_epi16(x31, ones)},
-                {_mm256_madd_epi16(x40, hi), _mm256_madd_epi16(x41, hi)},
-                {_mm256_madd_epi16(x50, ones), _mm256_madd_epi16(x51, ones)},
-            };
+            __m256i rs[RT][2];
+            stream_row_sums((const __m256i[6][2]){{x00, x01}, {x10, x11}, {x20, x21},
+                                                  {x30, x31}, {x40, x41}, {x50, x51}},
+                            ns, two, rs);
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 const __m256 sc = u8_ps(col + HX_PACK_Q4K_SC + 16 * j + 8 * h);
 #pragma GCC unroll 4
                 for (int t = 0; t < nr; t++) {
-                    const __m256i st =
-                        two ? _mm256_add_epi32(si[2 * t][h], si[2 * t + 1][h]) : si[t][h];
                     const __m256 scx = _mm256_mul_ps(sc, _mm256_set1_ps(dx[t][8 * col_i + j]));
-                    fs[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st), scx, fs[t][h]);
+                    fs[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rs[t][h]), scx, fs[t][h]);
                 }
             }
         }
@@ -175,7 +167,7 @@ AI __m256i q6k_codes(const __m256i vl, const __m256i vh, const int qt)
         __asm__("" : "+x"(a0), "+x"(a1), "+x"(u00), "+x"(u10), "+x"(u01), "+x"(u11));            \
     } while (0)
 
-AI void tile_q6k_streams(const hx_packed *p, const unsigned char *grp, const int8_t *const q[4],
+AI void tile_q6k_streams(const hx_packed *p, const unsigned char *grp, const int8_t *const q[6],
                          const float *const dx[RT], const int16_t *const bs1[RT],
                          const int16_t *const bs2[RT], const int ns, const bool two,
                          __m256 acc[RT][2])
@@ -284,11 +276,11 @@ AI void run(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x, const h
                 bs2[t] = two ? kn_xbsum(x2, rr) : bs1[t];
             }
             __m256 acc[RT][2];
+            const int8_t *q[6];
+            stream_ptrs(q1, q2, two, q);
             if (fmt == HX_DT_Q4_K) {
                 /* up to six streams: rows in threes with two terms, in fours with one */
                 if (two && nr > 3) nr = 3;
-                const int8_t *const q[6] = {q1[0], two ? q2[0] : q1[1], two ? q1[1] : q1[2],
-                                            two ? q2[1] : q1[3], q1[2], q2[2]};
                 switch (two ? 2 * nr : nr) { /* constant stream counts */
                 case 1: tile_q4k_streams(p, grp, q, dx, sr, 1, false, acc); break;
                 case 2: tile_q4k_streams(p, grp, q, dx, sr, 2, two, acc); break;
@@ -299,8 +291,6 @@ AI void run(const hx_packed *p, int64_t g0, int64_t g1, const hx_act *x, const h
             } else {
                 /* up to four streams: rows in pairs with two terms, in fours with one */
                 if (two && nr > 2) nr = 2;
-                const int8_t *const q[4] = {q1[0], two ? q2[0] : q1[1], two ? q1[1] : q1[2],
-                                            two ? q2[1] : q1[3]};
                 switch (two ? 2 * nr : nr) { /* constant stream counts */
                 case 1: tile_q6k_streams(p, grp, q, dx, bs1, bs2, 1, false, acc); break;
                 case 2: tile_q6k_streams(p, grp, q, dx, bs1, bs2, 2, two, acc); break;
