@@ -119,6 +119,10 @@ struct hx_backend {
      * backend cannot store that dtype for this shape (quantized with d_head % 32 != 0). */
     hx_status (*kv_alloc)(hx_backend *be, hx_kv_store *kv, hx_err *err);
     void (*kv_free)(hx_backend *be, hx_kv_store *kv);
+    /* Copies block src's K and V (every layer and kv head, all block_tokens positions) over block
+     * dst (src != dst): the partial last block of a cached prefix, taken by a new sequence that
+     * then writes its own positions after the shared ones. */
+    void (*kv_copy)(hx_backend *be, const hx_kv_store *kv, int32_t src, int32_t dst);
 
     /* out[t] = row ids[t] of w (any dtype), as f32.  out: [n_tok, d] */
     void (*embed)(hx_backend *be, const hx_tensor *w, const int32_t *ids, int64_t n_tok,

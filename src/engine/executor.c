@@ -200,12 +200,21 @@ static void slot_start(hx_executor *ex, slot *sl, hx_job *j)
     sl->gp.every_token = c->logprobs; /* one logprob record per token, text or not */
     hx_sequence_clear(sl->seq);
     if (ex->cache && c->n_prompt > 1) {
-        /* Whole blocks only, and never the last prompt token: its logits must be computed. */
+        /* Never the last prompt token: its logits must be computed. Whole blocks are shared; the
+         * cached block that agrees longest with the positions after them is copied. */
         int32_t blocks[512];
-        int32_t max = (c->n_prompt - 1) / 16;
-        if (max > (int32_t)HX_COUNTOF(blocks)) max = (int32_t)HX_COUNTOF(blocks);
-        const int32_t got = hx_prefix_cache_match(ex->cache, 0, c->prompt, c->n_prompt, blocks, max);
-        if (got > 0) hx_sequence_adopt(sl->seq, c->prompt, blocks, got);
+        const int32_t n = c->n_prompt - 1;
+        int32_t max = n / 16, n_tail = 0;
+        if (max > (int32_t)HX_COUNTOF(blocks) - 1) max = (int32_t)HX_COUNTOF(blocks) - 1;
+        const int32_t got = hx_prefix_cache_match(ex->cache, 0, c->prompt, n, blocks, max);
+        const int32_t tail = hx_prefix_cache_match_tail(ex->cache, 0, c->prompt, n, got, &n_tail);
+        if (tail >= 0) {
+            blocks[got] = hx_kv_pool_copy(ex->pool, tail);
+            hx_kv_pool_release(ex->pool, tail);
+            if (blocks[got] < 0) n_tail = 0; /* no free block: those positions are recomputed */
+        }
+        if (got > 0 || n_tail > 0)
+            hx_sequence_adopt(sl->seq, c->prompt, blocks, got + (n_tail > 0), got * 16 + n_tail);
     }
     hx_err err = {0};
     const hx_status st = hx_gen_begin(sl->seq, c->prompt, c->n_prompt, &sl->gp, on_text, j,
@@ -218,8 +227,9 @@ static void slot_start(hx_executor *ex, slot *sl, hx_job *j)
     }
 }
 
-/* Puts the full blocks of slot sl's sequence (the positions that hold KV) in the prefix cache;
- * blocks already cached for the same tokens are kept as they are. */
+/* Puts slot sl's sequence (the positions that hold KV) in the prefix cache: its full blocks,
+ * then its partial last block as a tail; blocks already cached for the same tokens are kept as
+ * they are. */
 static void cache_sequence(hx_executor *ex, const slot *sl)
 {
     if (!ex->cache) return;
@@ -227,6 +237,7 @@ static void cache_sequence(hx_executor *ex, const slot *sl)
     const int32_t *blocks = hx_sequence_blocks(sl->seq, &n_blocks);
     const int32_t *tokens = hx_sequence_tokens(sl->seq, &n_tokens);
     hx_prefix_cache_insert(ex->cache, 0, tokens, n_tokens, blocks);
+    hx_prefix_cache_insert_tail(ex->cache, 0, tokens, n_tokens, blocks);
 }
 
 /* Ends the job of slot sl; its sequence's full blocks go to the prefix cache. */

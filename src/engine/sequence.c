@@ -115,10 +115,11 @@ void hx_sequence_clear(hx_sequence *s)
 }
 
 void hx_sequence_adopt(hx_sequence *s, const int32_t *tokens, const int32_t *blocks,
-                       int32_t n_blocks)
+                       int32_t n_blocks, int32_t n_tokens)
 {
     HX_ASSERT(s->n_tokens == 0 && s->table.n_blocks == 0);
-    const int32_t n = n_blocks * BLOCK_TOKENS;
+    HX_ASSERT(n_tokens > (n_blocks - 1) * BLOCK_TOKENS && n_tokens <= n_blocks * BLOCK_TOKENS);
+    const int32_t n = n_tokens;
     /* Grow the table's array without taking blocks from the pool, then place the given ones. */
     if (n_blocks > s->table.cap) {
         int32_t *b = hx_realloc(s->table.blocks, (size_t)n_blocks * sizeof *b);

@@ -73,10 +73,12 @@ void      hx_sequence_free(hx_sequence *s); /* accepts NULL */
 
 /* Forgets what the cache holds, releasing its blocks. */
 void hx_sequence_clear(hx_sequence *s);
-/* Makes an empty sequence hold tokens[0..n_blocks * block_tokens) in blocks[] (references the
- * caller already holds pass to the sequence): a prefix found in the prefix cache. */
+/* Makes an empty sequence hold tokens[0..n_tokens) in blocks[0..n_blocks) (references the
+ * caller already holds pass to the sequence; n_tokens needs all n_blocks and fits in them): a
+ * prefix found in the prefix cache. A partial last block must be the sequence's alone (a copy),
+ * since the sequence writes its next positions into it. */
 void hx_sequence_adopt(hx_sequence *s, const int32_t *tokens, const int32_t *blocks,
-                       int32_t n_blocks);
+                       int32_t n_blocks, int32_t n_tokens);
 /* The block table and how many positions hold KV (for the prefix cache). */
 const int32_t *hx_sequence_blocks(const hx_sequence *s, int32_t *n_blocks);
 

@@ -110,6 +110,14 @@ void hx_kv_pool_release(hx_kv_pool *p, int32_t id)
     if (--p->refcount[id] == 0) p->free_ids[p->n_free++] = id;
 }
 
+int32_t hx_kv_pool_copy(hx_kv_pool *p, int32_t src)
+{
+    HX_ASSERT(src >= 0 && src < p->store.n_blocks && p->refcount[src] > 0);
+    const int32_t id = hx_kv_pool_alloc(p);
+    if (id >= 0) p->be->kv_copy(p->be, &p->store, src, id);
+    return id;
+}
+
 hx_status hx_kv_table_reserve(hx_kv_pool *p, hx_kv_table *t, int32_t n_ctx, hx_err *err)
 {
     const int32_t bt = p->store.block_tokens;

@@ -45,6 +45,9 @@ hx_status   hx_kv_dtype_parse(const char *name, hx_kv_dtype *out, hx_err *err);
 int32_t hx_kv_pool_alloc(hx_kv_pool *pool);
 void    hx_kv_pool_retain(hx_kv_pool *pool, int32_t id);
 void    hx_kv_pool_release(hx_kv_pool *pool, int32_t id);
+/* A new block (reference count 1) holding a copy of block src's K and V, or -1 when none is
+ * free. src is only read: it may be shared. */
+int32_t hx_kv_pool_copy(hx_kv_pool *pool, int32_t src);
 
 /* One sequence's block table; grows as positions are added. */
 typedef struct {

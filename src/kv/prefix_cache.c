@@ -3,7 +3,10 @@
  *
  * Each edge is exactly one block of block_tokens ids, so a node is one cached block and a prompt
  * that diverges from a cached one mid-path simply branches at the last common block: no node is
- * ever split. Children sit in a small array per node, looked up by a 64-bit hash of their ids and
+ * ever split. A tail node holds the partial last block of a sequence (fewer ids, always a leaf);
+ * its block may still be written past its ids by the sequence that owns it, so a tail is only
+ * ever copied, never shared, and becomes a full node when that sequence inserts the block
+ * whole. Children sit in a small array per node, looked up by a 64-bit hash of their ids and
  * confirmed by comparing the ids (a hash collision must never hand out the wrong KV).
  *
  * Recency is one doubly linked list of every node, least recently used at the head. A match or an
@@ -16,7 +19,8 @@
  *
  * A note for the scheduler: match returns only full blocks, and a cached block must never be
  * written again. A prompt whose every block is cached still needs its last token run to get
- * logits, which would write KV into the last shared block; match n - 1 tokens to leave it out. */
+ * logits, which would write KV into the last shared block; match n - 1 tokens to leave it out.
+ * The positions after the full blocks come from match_tail as a block to copy, never to share. */
 #include "kv/prefix_cache.h"
 
 #include <stdbool.h>
@@ -33,8 +37,9 @@ struct pc_node {
     int32_t   n_kids, cap_kids;
     pc_node  *prev, *next; /* in the LRU list; adapter roots are never in it */
     uint64_t  last_used;   /* tick of the last match or insert through this node */
-    uint64_t  hash;        /* of tokens; 0 for a root */
+    uint64_t  hash;        /* of tokens[0..n_tok); 0 for a root */
     int32_t   block;       /* pool block id, one reference held; -1 for a root */
+    int32_t   n_tok;       /* ids held: block_tokens, or fewer for a tail; 0 for a root */
     int32_t   tokens[];    /* [block_tokens]; absent for a root */
 };
 
@@ -69,15 +74,42 @@ static uint64_t hash_tokens(const int32_t *t, int32_t n)
     return h;
 }
 
+/* The full child of parent holding tokens[0..block_tokens), or NULL. */
 static pc_node *find_kid(const hx_prefix_cache *c, const pc_node *parent, const int32_t *tokens,
                          uint64_t hash)
 {
     const size_t bytes = (size_t)c->block_tokens * sizeof(int32_t);
     for (int32_t i = 0; i < parent->n_kids; i++) {
         pc_node *k = parent->kids[i];
-        if (k->hash == hash && memcmp(k->tokens, tokens, bytes) == 0) return k;
+        if (k->n_tok == c->block_tokens && k->hash == hash &&
+            memcmp(k->tokens, tokens, bytes) == 0)
+            return k;
     }
     return NULL;
+}
+
+/* The child of parent that holds block, or NULL. */
+static pc_node *find_kid_block(const pc_node *parent, int32_t block)
+{
+    for (int32_t i = 0; i < parent->n_kids; i++)
+        if (parent->kids[i]->block == block) return parent->kids[i];
+    return NULL;
+}
+
+/* How many leading ids of tokens[0..n) node k holds. */
+static int32_t common_ids(const pc_node *k, const int32_t *tokens, int32_t n)
+{
+    int32_t i = 0;
+    while (i < n && i < k->n_tok && k->tokens[i] == tokens[i]) i++;
+    return i;
+}
+
+/* Makes node k hold tokens[0..n) (n ids, the block unchanged). */
+static void set_ids(pc_node *k, const int32_t *tokens, int32_t n)
+{
+    memcpy(k->tokens, tokens, (size_t)n * sizeof(int32_t));
+    k->n_tok = n;
+    k->hash = hash_tokens(tokens, n);
 }
 
 static pc_tree *find_tree(const hx_prefix_cache *c, uint64_t adapter)
@@ -241,6 +273,57 @@ int32_t hx_prefix_cache_match(hx_prefix_cache *c, uint64_t adapter, const int32_
     return n_match;
 }
 
+/* The tree of adapter, created (empty) when it has none yet; NULL when out of memory. */
+static pc_tree *tree_for(hx_prefix_cache *c, uint64_t adapter)
+{
+    pc_tree *t = find_tree(c, adapter);
+    if (t) return t;
+    if (c->n_trees == c->cap_trees) {
+        const int32_t cap = c->cap_trees ? c->cap_trees * 2 : 4;
+        pc_tree *tr = hx_realloc(c->trees, (size_t)cap * sizeof *tr);
+        if (!tr) return NULL;
+        c->trees = tr;
+        c->cap_trees = cap;
+    }
+    pc_node *root = hx_calloc(1, sizeof *root);
+    if (!root) return NULL;
+    root->block = -1;
+    t = &c->trees[c->n_trees++];
+    *t = (pc_tree){.adapter = adapter, .root = root};
+    return t;
+}
+
+/* A new child of parent holding block (the cache's reference taken here) and tokens[0..n), or
+ * NULL when out of memory. It joins the LRU list at the tail; the caller's touch_path orders it. */
+static pc_node *new_kid(hx_prefix_cache *c, pc_node *parent, const int32_t *tokens, int32_t n,
+                        int32_t block)
+{
+    pc_node *k = hx_calloc(1, sizeof(pc_node) + (size_t)c->block_tokens * sizeof(int32_t));
+    if (!k) return NULL;
+    if (!add_kid(parent, k)) {
+        hx_free(k);
+        return NULL;
+    }
+    k->block = block;
+    set_ids(k, tokens, n);
+    hx_kv_pool_retain(c->pool, block); /* asserts the caller holds it */
+    lru_append(c, k);
+    c->n_nodes++;
+    return k;
+}
+
+/* The end of an insert that stopped at node at: marks its path used, drops a new root that got
+ * no node, and evicts down to max_blocks. */
+static void insert_done(hx_prefix_cache *c, pc_node *at)
+{
+    if (at->parent) touch_path(c, at);
+    else if (at->n_kids == 0) drop_tree(c, at);
+    if (c->n_nodes > c->max_blocks) {
+        evict_lru(c, INT32_MAX, c->max_blocks, false);
+        evict_lru(c, INT32_MAX, c->max_blocks, true);
+    }
+}
+
 void hx_prefix_cache_insert(hx_prefix_cache *c, uint64_t adapter, const int32_t *tokens,
                             int32_t n, const int32_t *blocks)
 {
@@ -248,52 +331,66 @@ void hx_prefix_cache_insert(hx_prefix_cache *c, uint64_t adapter, const int32_t 
     /* Deeper blocks than max_blocks could never all stay: a node needs its whole path cached. */
     const int32_t n_full = n / bt < c->max_blocks ? n / bt : c->max_blocks;
     if (n_full < 1) return;
-
-    pc_tree *t = find_tree(c, adapter);
-    if (!t) {
-        if (c->n_trees == c->cap_trees) {
-            const int32_t cap = c->cap_trees ? c->cap_trees * 2 : 4;
-            pc_tree *tr = hx_realloc(c->trees, (size_t)cap * sizeof *tr);
-            if (!tr) return;                 /* best effort: nothing cached, nothing changed */
-            c->trees = tr;
-            c->cap_trees = cap;
-        }
-        pc_node *root = hx_calloc(1, sizeof *root);
-        if (!root) return;
-        root->block = -1;
-        t = &c->trees[c->n_trees++];
-        *t = (pc_tree){.adapter = adapter, .root = root};
-    }
-
+    pc_tree *t = tree_for(c, adapter);
+    if (!t) return; /* best effort: nothing cached, nothing changed */
     pc_node *at = t->root;
-    const size_t node_bytes = sizeof(pc_node) + (size_t)bt * sizeof(int32_t);
     for (int32_t i = 0; i < n_full; i++) {
         const int32_t *blk = tokens + (int64_t)i * bt;
-        const uint64_t h = hash_tokens(blk, bt);
-        pc_node *k = find_kid(c, at, blk, h);
-        if (!k) {
-            k = hx_calloc(1, node_bytes);
-            if (!k) break;
-            if (!add_kid(at, k)) {
-                hx_free(k);
-                break;
-            }
-            k->hash = h;
-            k->block = blocks[i];
-            memcpy(k->tokens, blk, (size_t)bt * sizeof(int32_t));
-            hx_kv_pool_retain(c->pool, k->block);   /* asserts the caller holds it */
-            lru_append(c, k);                       /* touch_path below puts it in order */
-            c->n_nodes++;
-        }
+        pc_node *k = find_kid(c, at, blk, hash_tokens(blk, bt));
+        /* This very block cached as a tail while it was being filled: now it is whole. */
+        if (!k && (k = find_kid_block(at, blocks[i]))) set_ids(k, blk, bt);
+        if (!k && !(k = new_kid(c, at, blk, bt, blocks[i]))) break;
         at = k;
     }
-    if (at->parent) touch_path(c, at);
-    else if (at->n_kids == 0) drop_tree(c, at);  /* a new root whose first node failed */
+    insert_done(c, at);
+}
 
-    if (c->n_nodes > c->max_blocks) {
-        evict_lru(c, INT32_MAX, c->max_blocks, false);
-        evict_lru(c, INT32_MAX, c->max_blocks, true);
+void hx_prefix_cache_insert_tail(hx_prefix_cache *c, uint64_t adapter, const int32_t *tokens,
+                                 int32_t n, const int32_t *blocks)
+{
+    const int32_t bt = c->block_tokens, n_full = n / bt, n_tail = n % bt;
+    if (n_tail == 0 || n_full >= c->max_blocks) return;
+    pc_tree *t = n_full > 0 ? find_tree(c, adapter) : tree_for(c, adapter);
+    if (!t) return;
+    pc_node *at = t->root;
+    for (int32_t i = 0; i < n_full && at; i++) {
+        const int32_t *blk = tokens + (int64_t)i * bt;
+        at = find_kid(c, at, blk, hash_tokens(blk, bt));
     }
+    if (!at) return; /* the path is not cached (evicted): a tail alone is useless */
+    const int32_t *tail = tokens + (int64_t)n_full * bt;
+    pc_node *k = find_kid_block(at, blocks[n_full]);
+    if (k && k->n_tok < n_tail) set_ids(k, tail, n_tail); /* the same tail, grown */
+    for (int32_t i = 0; i < at->n_kids && !k; i++)
+        if (common_ids(at->kids[i], tail, n_tail) == n_tail) k = at->kids[i]; /* covered */
+    if (!k) k = new_kid(c, at, tail, n_tail, blocks[n_full]);
+    insert_done(c, k ? k : at);
+}
+
+int32_t hx_prefix_cache_match_tail(hx_prefix_cache *c, uint64_t adapter, const int32_t *tokens,
+                                   int32_t n, int32_t n_full, int32_t *n_tail)
+{
+    const int32_t bt = c->block_tokens;
+    *n_tail = 0;
+    const pc_tree *t = find_tree(c, adapter);
+    if (!t || n_full < 0 || n <= (int64_t)n_full * bt) return -1;
+    const pc_node *at = t->root;
+    for (int32_t i = 0; i < n_full && at; i++) {
+        const int32_t *blk = tokens + (int64_t)i * bt;
+        at = find_kid(c, at, blk, hash_tokens(blk, bt));
+    }
+    if (!at) return -1;
+    const int32_t *rest = tokens + (int64_t)n_full * bt;
+    const int32_t n_rest = n - n_full * bt < bt - 1 ? n - n_full * bt : bt - 1;
+    pc_node *best = NULL;
+    for (int32_t i = 0; i < at->n_kids; i++) {
+        const int32_t m = common_ids(at->kids[i], rest, n_rest);
+        if (m > *n_tail) *n_tail = m, best = at->kids[i];
+    }
+    if (!best) return -1;
+    hx_kv_pool_retain(c->pool, best->block);
+    touch_path(c, best);
+    return best->block;
 }
 
 int32_t hx_prefix_cache_evict(hx_prefix_cache *c, int32_t want)
@@ -321,7 +418,6 @@ int32_t hx_prefix_cache_list_blocks(const hx_prefix_cache *c, int32_t *ids, int3
 static hx_status check_node(const hx_prefix_cache *c, const pc_node *n, const int32_t *pos,
                             int32_t *n_kids, hx_err *err)
 {
-    const size_t bytes = (size_t)c->block_tokens * sizeof(int32_t);
     *n_kids += n->n_kids;
     for (int32_t i = 0; i < n->n_kids; i++) {
         const pc_node *k = n->kids[i];
@@ -335,10 +431,15 @@ static hx_status check_node(const hx_prefix_cache *c, const pc_node *n, const in
             return hx_err_set(err, HX_E_INVALID,
                               "block %d: LRU position %d is not before its parent %d's (%d)",
                               k->block, pos[k->block], n->block, pos[n->block]);
-        if (k->hash != hash_tokens(k->tokens, c->block_tokens))
+        if (k->n_tok < 1 || k->n_tok > c->block_tokens ||
+            (k->n_tok < c->block_tokens && k->n_kids > 0))
+            return hx_err_set(err, HX_E_INVALID, "block %d: %d ids, %d children", k->block,
+                              k->n_tok, k->n_kids);
+        if (k->hash != hash_tokens(k->tokens, k->n_tok))
             return hx_err_set(err, HX_E_INVALID, "block %d: stale token hash", k->block);
         for (int32_t j = 0; j < i; j++)
-            if (memcmp(n->kids[j]->tokens, k->tokens, bytes) == 0)
+            if (n->kids[j]->n_tok == k->n_tok &&
+                memcmp(n->kids[j]->tokens, k->tokens, (size_t)k->n_tok * sizeof(int32_t)) == 0)
                 return hx_err_set(err, HX_E_INVALID, "blocks %d and %d: siblings, same tokens",
                                   n->kids[j]->block, k->block);
     }

@@ -1,12 +1,14 @@
-/* prefix_cache.h - full KV blocks kept after their sequence ends, found again by the token ids
- * they hold, so a new prompt that starts like an old one reuses the old KV instead of recomputing.
+/* prefix_cache.h - KV blocks kept after their sequence ends, found again by the token ids they
+ * hold, so a new prompt that starts like an old one reuses the old KV instead of recomputing:
+ * full blocks shared by reference, and the partial block after them copied.
  *
  * A radix tree per adapter id whose edges are whole blocks of block_tokens token ids: the node at
  * depth d holds the block for tokens [d*bt, (d+1)*bt) after exactly the tokens on its path. Every
  * node holds one pool reference to its block; callers hold their own (match hands them out).
  * Invariant: pool refcount of a block = (1 if a node holds it) + (holds by callers).
- * It does not allocate blocks, write KV, or copy on write: a cached block is immutable, and the
- * caller must never write into a block that a match returned or that it inserted.
+ * It does not allocate blocks, write KV, or copy on write: what it records is immutable, and the
+ * caller must never write into a block that a match returned, nor over positions it inserted
+ * (a sequence whose partial block is cached as a tail goes on appending after them).
  * Owner: the engine thread (like the pool); not thread-safe. */
 #ifndef HX_KV_PREFIX_CACHE_H
 #define HX_KV_PREFIX_CACHE_H
@@ -45,6 +47,22 @@ int32_t   hx_prefix_cache_match(hx_prefix_cache *c, uint64_t adapter, const int3
  * (only the cache's reference is dropped; the caller's block stays valid). */
 void      hx_prefix_cache_insert(hx_prefix_cache *c, uint64_t adapter, const int32_t *tokens,
                                  int32_t n, const int32_t *blocks);
+
+/* Records the partial block after the full blocks of tokens[0..n): blocks[n / bt] holds the
+ * n % bt ids after them (a "tail"; nothing when n % bt == 0 or the full blocks' path is not
+ * cached). Its holder may go on writing positions past those ids (KV is append-only), so a tail
+ * is only ever copied (match_tail); when the holder inserts the block whole it becomes a full
+ * node. A tail already covered by a cached block with the same first ids adds nothing. */
+void      hx_prefix_cache_insert_tail(hx_prefix_cache *c, uint64_t adapter,
+                                      const int32_t *tokens, int32_t n, const int32_t *blocks);
+
+/* After match found n_full blocks of tokens[0..n): the cached block (full or tail) after them
+ * whose first ids agree longest with tokens[n_full * bt .. n), at most bt - 1 of them. Returns
+ * its id, retained once for the caller, with *n_tail the ids that agree; -1 with *n_tail 0 when
+ * none agrees. The caller copies it (hx_kv_pool_copy) into a block of its own, then releases it:
+ * it must never write into it. */
+int32_t   hx_prefix_cache_match_tail(hx_prefix_cache *c, uint64_t adapter, const int32_t *tokens,
+                                     int32_t n, int32_t n_full, int32_t *n_tail);
 
 /* Frees up to want blocks back to the pool by evicting least-recently-used leaves that nobody but
  * the cache holds (pool refcount 1); returns how many were freed. Evicting a leaf may make its

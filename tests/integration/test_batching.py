@@ -98,6 +98,24 @@ def test_second_turn_reuses_the_first_turns_kv(srv):
     assert cached >= 0.9 * r1.usage.prompt_tokens, (cached, r1.usage.prompt_tokens)
 
 
+def test_a_prompt_diverging_inside_a_block_copies_the_cached_part_of_that_block(srv):
+    """Full 16-token blocks are shared; the positions after them come from a copy of the cached
+    block that agrees longest, so the reuse is exact to the token, and the text is the same as
+    with no cache at all."""
+    c = client(srv)
+    base = "The old lighthouse keeper climbed the stairs every evening at dusk. " * 3
+    base = base.strip()
+    n_base = c.completions.create(model="m", prompt=base, max_tokens=1).usage.prompt_tokens
+    assert n_base % 16 != 0, n_base  # else there is no partial block to copy
+    kw = {"model": "m", "max_tokens": 16, "temperature": 0}
+    r = c.completions.create(prompt=base + " Then he lit the lamp and", **kw)
+    assert r.usage.prompt_tokens_details.cached_tokens == n_base, (r.usage, n_base)
+    with Server("smollm2", "--prompt-cache", "0") as plain:
+        fresh = client(plain).completions.create(prompt=base + " Then he lit the lamp and", **kw)
+    assert fresh.usage.prompt_tokens_details.cached_tokens == 0
+    assert r.choices[0].text == fresh.choices[0].text
+
+
 def test_same_system_prompt_is_shared_while_the_first_request_still_generates(srv):
     c = client(srv)
     system = {"role": "system", "content": "Answer as a pirate would, in one short line. " * 8}

@@ -227,6 +227,86 @@ static int test_partial_last_block_is_not_cached(void)
     return teardown(&f);
 }
 
+static int test_partial_block_is_cached_as_a_tail_to_copy(void)
+{
+    fixture f;
+    if (setup(&f, 4, 8, 8)) return 1;
+    const int32_t a[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}; /* 2 full blocks and a tail of 2 */
+    int32_t ids[3], got[3], n_tail = -1;
+    if (alloc_blocks(f.pool, ids, 3)) return 1;
+    hx_prefix_cache_insert_tail(f.c, 0, a, 10, ids); /* its path is not cached yet: nothing */
+    CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 0);
+    hx_prefix_cache_insert(f.c, 0, a, 10, ids);
+    hx_prefix_cache_insert_tail(f.c, 0, a, 10, ids);
+    CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 3);
+    CHECK_EQ(RC(&f, ids[2]), 2);
+    hx_err err = {0};
+    CHECK_EQ(hx_prefix_cache_check(f.c, &err), HX_OK);
+
+    /* A prompt that agrees with a's tail for one id: the tail is handed out, retained, to copy. */
+    const int32_t b[11] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 77, 78};
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, b, 10, got, 3), 2);
+    CHECK_EQ(hx_prefix_cache_match_tail(f.c, 0, b, 10, 2, &n_tail), ids[2]);
+    CHECK_EQ(n_tail, 1);
+    CHECK_EQ(RC(&f, ids[2]), 3);
+    hx_kv_pool_release(f.pool, ids[2]);
+    release_blocks(f.pool, got, 2);
+    /* n bounds it: with the prompt cut after the full blocks there is nothing left to agree. */
+    CHECK_EQ(hx_prefix_cache_match_tail(f.c, 0, a, 8, 2, &n_tail), -1);
+    CHECK_EQ(n_tail, 0);
+    /* ... and a prompt that agrees with a full block's first ids copies those. */
+    const int32_t c[7] = {1, 2, 3, 4, 5, 6, 99};
+    CHECK_EQ(hx_prefix_cache_match_tail(f.c, 0, c, 7, 1, &n_tail), ids[1]);
+    CHECK_EQ(n_tail, 2);
+    hx_kv_pool_release(f.pool, ids[1]);
+    CHECK_EQ(hx_prefix_cache_match_tail(f.c, 0, c, 7, 3, &n_tail), -1); /* no such path */
+
+    /* The holder appends: the same tail grows, then becomes a full block when inserted whole. */
+    const int32_t a2[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    hx_prefix_cache_insert_tail(f.c, 0, a2, 11, ids);
+    CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 3);
+    CHECK_EQ(hx_prefix_cache_match_tail(f.c, 0, a2, 12, 2, &n_tail), ids[2]);
+    CHECK_EQ(n_tail, 3);
+    hx_kv_pool_release(f.pool, ids[2]);
+    hx_prefix_cache_insert(f.c, 0, a2, 12, ids);
+    CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 3);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, a2, 12, got, 3), 3);
+    CHECK_EQ(got[2], ids[2]);
+    release_blocks(f.pool, got, 3);
+    /* A shorter tail that a cached block already covers adds nothing. */
+    hx_prefix_cache_insert_tail(f.c, 0, a2, 9, ids);
+    CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 3);
+    CHECK_EQ(hx_prefix_cache_check(f.c, &err), HX_OK);
+    release_blocks(f.pool, ids, 3);
+    return teardown(&f);
+}
+
+static int test_copied_block_holds_the_sources_kv(void)
+{
+    fixture f;
+    if (setup(&f, 4, 3, 3)) return 1;
+    const hx_kv_store *kv = &f.pool->store; /* 1 layer, 1 kv head, d_head 4: 16 f16 a block */
+    const int32_t src = hx_kv_pool_alloc(f.pool);
+    CHECK(src >= 0);
+    for (int i = 0; i < 16; i++) {
+        ((uint16_t *)kv->k)[src * 16 + i] = (uint16_t)(1000 + i);
+        ((uint16_t *)kv->v)[src * 16 + i] = (uint16_t)(2000 + i);
+    }
+    const int32_t dst = hx_kv_pool_copy(f.pool, src);
+    CHECK(dst >= 0 && dst != src);
+    CHECK_EQ(RC(&f, dst), 1);
+    CHECK_EQ(RC(&f, src), 1);
+    CHECK(memcmp((uint16_t *)kv->k + dst * 16, (uint16_t *)kv->k + src * 16, 32) == 0);
+    CHECK(memcmp((uint16_t *)kv->v + dst * 16, (uint16_t *)kv->v + src * 16, 32) == 0);
+    const int32_t last = hx_kv_pool_alloc(f.pool);
+    CHECK(last >= 0);
+    CHECK_EQ(hx_kv_pool_copy(f.pool, src), -1); /* the pool is empty */
+    hx_kv_pool_release(f.pool, src);
+    hx_kv_pool_release(f.pool, dst);
+    hx_kv_pool_release(f.pool, last);
+    return teardown(&f);
+}
+
 static int test_diverging_prompts_branch_and_share_their_common_blocks(void)
 {
     fixture f;
@@ -566,7 +646,7 @@ typedef struct {
     r_written written[R_POOL];
     int32_t   bases[R_BASES][R_MAX_TOK];
     uint32_t  rng;
-    int32_t   hits, evicted, refused, ran_out, max_cached;
+    int32_t   hits, tails, evicted, refused, ran_out, max_cached;
 } r_world;
 
 static uint32_t r_below(r_world *w, uint32_t n)
@@ -685,6 +765,27 @@ static int r_step(r_world *w)
         const int32_t matched = s->n_blocks;
         w->hits += matched;
         if (r_check_match(w, s, s->blocks, s->n_blocks)) return 1;
+        /* The positions after the full blocks: a copy of the cached block that agrees longest. */
+        int32_t n_tail = 0;
+        const int32_t tail = hx_prefix_cache_match_tail(w->f.c, s->adapter, s->tokens, m,
+                                                        matched, &n_tail);
+        if (tail >= 0) {
+            const r_written *wr = &w->written[tail];
+            const int32_t upto = matched * R_BT + n_tail;
+            CHECK(n_tail > 0 && n_tail < R_BT && upto <= m);
+            CHECK_EQ(wr->adapter, s->adapter);
+            CHECK(wr->n >= upto);
+            CHECK(memcmp(wr->prefix, s->tokens, (size_t)upto * sizeof(int32_t)) == 0);
+            const int32_t copy = hx_kv_pool_copy(w->f.pool, tail);
+            hx_kv_pool_release(w->f.pool, tail);
+            if (copy >= 0) {
+                w->written[copy] = *wr;
+                s->blocks[s->n_blocks++] = copy;
+                w->tails++;
+            } else {
+                n_tail = 0;
+            }
+        }
         w->n_seq++;
         bool ok;
         if (r_fill(w, s, &ok)) return 1;
@@ -693,7 +794,7 @@ static int r_step(r_world *w)
             r_drop(w, w->n_seq - 1);
             return 0;
         }
-        r_write(w, s, matched * R_BT);   /* the matched blocks were written by someone else */
+        r_write(w, s, matched * R_BT + n_tail); /* the rest was written by someone else */
         return 0;
     }
     if (op < 50 && w->n_seq > 0) {                            /* a sequence decodes a few tokens */
@@ -714,13 +815,16 @@ static int r_step(r_world *w)
     if (op < 65 && w->n_seq > 0) {                            /* a sequence's KV is published */
         const r_seq *s = &w->seq[r_below(w, (uint32_t)w->n_seq)];
         hx_prefix_cache_insert(w->f.c, s->adapter, s->tokens, s->n, s->blocks);
+        hx_prefix_cache_insert_tail(w->f.c, s->adapter, s->tokens, s->n, s->blocks);
         return 0;
     }
     if (op < 80 && w->n_seq > 0) {                            /* a sequence ends */
         const int32_t k = (int32_t)r_below(w, (uint32_t)w->n_seq);
+        const r_seq *s = &w->seq[k];
         if (r_below(w, 4) != 0)
-            hx_prefix_cache_insert(w->f.c, w->seq[k].adapter, w->seq[k].tokens, w->seq[k].n,
-                                   w->seq[k].blocks);
+            hx_prefix_cache_insert(w->f.c, s->adapter, s->tokens, s->n, s->blocks);
+        if (r_below(w, 2) != 0)
+            hx_prefix_cache_insert_tail(w->f.c, s->adapter, s->tokens, s->n, s->blocks);
         r_drop(w, k);
         return 0;
     }
@@ -752,9 +856,10 @@ static int test_random_operations_never_leak_or_double_free(void)
         if (r_check_counts(&w)) CHECK_FAIL("at step %d", step);
     }
     /* The run must have exercised sharing, eviction and a full pool, or it proves little. */
-    printf("hits %d blocks, evicted %d, pool ran out %d times, refused %d, cached at most %d\n",
-           w.hits, w.evicted, w.ran_out, w.refused, w.max_cached);
+    printf("hits %d blocks and %d tails, evicted %d, pool ran out %d times, refused %d, cached "
+           "at most %d\n", w.hits, w.tails, w.evicted, w.ran_out, w.refused, w.max_cached);
     CHECK(w.hits > 500);
+    CHECK(w.tails > 100);
     CHECK(w.evicted > 50);
     CHECK(w.ran_out > 10);
     CHECK_EQ(w.max_cached, R_CAP);
@@ -768,6 +873,8 @@ static const check_case cases[] = {
     { "match_stops_at_the_first_differing_block", test_match_stops_at_the_first_differing_block },
     { "hash_collision_is_told_apart_by_comparing_ids", test_hash_collision_is_told_apart_by_comparing_ids },
     { "partial_last_block_is_not_cached", test_partial_last_block_is_not_cached },
+    { "partial_block_is_cached_as_a_tail_to_copy", test_partial_block_is_cached_as_a_tail_to_copy },
+    { "copied_block_holds_the_sources_kv", test_copied_block_holds_the_sources_kv },
     { "diverging_prompts_branch_and_share_their_common_blocks", test_diverging_prompts_branch_and_share_their_common_blocks },
     { "adapters_do_not_see_each_others_blocks", test_adapters_do_not_see_each_others_blocks },
     { "lru_leaf_is_evicted_first_and_shared_blocks_never", test_lru_leaf_is_evicted_first_and_shared_blocks_never },

@@ -144,6 +144,15 @@ static void cpu_read(hx_backend *be, void *dst, const void *src, size_t n)
 /* K and V of every block, layer and kv head in kv->dtype: n_blocks * n_layer * n_kv_head tiles
  * of hx_kv_tile_bytes (kv_quant.h) each. Zeroed, so an unwritten position reads as 0 in every
  * dtype (scale and minimum 0). */
+/* Bytes of K (or of V) one block holds: n_layer * n_kv_head tiles; 0 for a bad shape. */
+static size_t kv_block_bytes(const hx_kv_store *kv)
+{
+    if (kv->n_layer <= 0 || kv->n_kv_head <= 0 || kv->block_tokens <= 0 || kv->d_head <= 0)
+        return 0;
+    return (size_t)kv->n_layer * (size_t)kv->n_kv_head *
+           hx_kv_tile_bytes(kv->dtype, kv->block_tokens, kv->d_head);
+}
+
 static hx_status cpu_kv_alloc(hx_backend *be, hx_kv_store *kv, hx_err *err)
 {
     (void)be;
@@ -155,11 +164,7 @@ static hx_status cpu_kv_alloc(hx_backend *be, hx_kv_store *kv, hx_err *err)
                           "a %s KV cache needs d_head a multiple of %d (groups of %d share a "
                           "scale); this model has d_head %d: use f16",
                           names[kv->dtype], HX_KVQ_GROUP, HX_KVQ_GROUP, kv->d_head);
-    const size_t per = kv->n_layer <= 0 || kv->n_kv_head <= 0 || kv->block_tokens <= 0 ||
-                               kv->d_head <= 0
-                           ? 0
-                           : (size_t)kv->n_layer * (size_t)kv->n_kv_head *
-                                 hx_kv_tile_bytes(kv->dtype, kv->block_tokens, kv->d_head);
+    const size_t per = kv_block_bytes(kv);
     if (kv->n_blocks <= 0 || per == 0 || (size_t)kv->n_blocks > SIZE_MAX / 2 / per)
         return hx_err_set(err, HX_E_INVALID, "KV cache of %d blocks is out of range", kv->n_blocks);
     const size_t bytes = (size_t)kv->n_blocks * per;
@@ -181,6 +186,16 @@ static void cpu_kv_free(hx_backend *be, hx_kv_store *kv)
     hx_free(kv->k);
     hx_free(kv->v);
     kv->k = kv->v = NULL;
+}
+
+/* A block's K and V are each one contiguous run of kv_block_bytes (layout in backend.h). */
+static void cpu_kv_copy(hx_backend *be, const hx_kv_store *kv, int32_t src, int32_t dst)
+{
+    (void)be;
+    HX_ASSERT(src != dst && src >= 0 && dst >= 0 && src < kv->n_blocks && dst < kv->n_blocks);
+    const size_t per = kv_block_bytes(kv), from = (size_t)src * per, to = (size_t)dst * per;
+    memcpy((unsigned char *)kv->k + to, (const unsigned char *)kv->k + from, per);
+    memcpy((unsigned char *)kv->v + to, (const unsigned char *)kv->v + from, per);
 }
 
 /* ---- embed ---- */
@@ -821,6 +836,7 @@ hx_status hx_cpu_backend_create(int n_threads, unsigned flags, hx_backend **out,
     be->read = cpu_read;
     be->kv_alloc = cpu_kv_alloc;
     be->kv_free = cpu_kv_free;
+    be->kv_copy = cpu_kv_copy;
     be->embed = cpu_embed;
     be->matmul = cpu_matmul;
     be->weight = cpu_weight;
