@@ -5,7 +5,9 @@
  * of up to 16 keys and per head, 16 dot products into their own ymm chains, folded to two ymm of
  * 8 scores by hadd trees; one max, one scalar expf for the correction, a vector exp of the
  * scores, and the V update with four ymm accumulators per 32 elements.
- * exp: exp256 (exp_avx2.h). */
+ * exp: exp256 (exp_avx2.h). Soft-capped scores (Gemma 2) go through tanh256 right after the
+ * scale, before the masked tail of a chunk is set to -inf; one always-inlined body serves both,
+ * so the uncapped entry points carry no test of the cap. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <math.h>
@@ -47,9 +49,18 @@ static __m256 load_f16(const uint16_t *p)
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
 }
 
-/* The 16 scaled scores q . k_j of a chunk of n keys into s[0..16); entries j >= n are -inf. */
-static void chunk_scores(const float *q, const uint16_t *kc, int32_t rs, int32_t n, int32_t d,
-                         float scale, float *s)
+/* softcap * tanh(s / softcap) of 8 scores (Gemma 2's attention logit soft-capping). */
+static inline __m256 cap8(__m256 s, float softcap)
+{
+    const __m256 c = _mm256_set1_ps(softcap);
+    return _mm256_mul_ps(c, tanh256(_mm256_div_ps(s, c)));
+}
+
+/* The 16 scaled (and, softcap > 0, capped) scores q . k_j of a chunk of n keys into s[0..16);
+ * entries j >= n are -inf. */
+static inline __attribute__((always_inline)) void
+chunk_scores(const float *q, const uint16_t *kc, int32_t rs, int32_t n, int32_t d, float scale,
+             float softcap, float *s)
 {
     __m256 acc[HX_ATTN_CHUNK];
     for (int32_t j = 0; j < HX_ATTN_CHUNK; j++) {
@@ -64,9 +75,11 @@ static void chunk_scores(const float *q, const uint16_t *kc, int32_t rs, int32_t
         acc[j] = a;
     }
     const __m256 sc = _mm256_set1_ps(scale);
-    _mm256_storeu_ps(s, _mm256_mul_ps(hsum8x8(acc), sc));
-    _mm256_storeu_ps(s + 8, _mm256_mul_ps(hsum8x8(acc + 8), sc));
-    for (int32_t j = n; j < HX_ATTN_CHUNK; j++) s[j] = -INFINITY;
+    __m256 s0 = _mm256_mul_ps(hsum8x8(acc), sc), s1 = _mm256_mul_ps(hsum8x8(acc + 8), sc);
+    if (softcap > 0.0f) s0 = cap8(s0, softcap), s1 = cap8(s1, softcap);
+    _mm256_storeu_ps(s, s0);
+    _mm256_storeu_ps(s + 8, s1);
+    for (int32_t j = n; j < HX_ATTN_CHUNK; j++) s[j] = -INFINITY; /* after capping: -inf stays */
 }
 
 /* og = og * corr + sum_j p[j] v_j over n keys. */
@@ -101,8 +114,9 @@ static void chunk_accumulate(float *og, const float *p, const uint16_t *vc, int3
     }
 }
 
-void hx_attn_avx2(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
-                  int32_t first, int32_t last, float *out)
+static inline __attribute__((always_inline)) void
+attend(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
+       float softcap, int32_t first, int32_t last, float *out)
 {
     const int32_t d = d_head, rs = kv->row_stride;
     float m[HX_ATTN_MAX_Q], l[HX_ATTN_MAX_Q];
@@ -118,7 +132,7 @@ void hx_attn_avx2(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_h
         const uint16_t *kc = kv->k + base, *vc = kv->v + base;
         for (int32_t g = 0; g < n_q; g++) {
             float s[HX_ATTN_CHUNK];
-            chunk_scores(q + g * d, kc, rs, n, d, scale, s);
+            chunk_scores(q + g * d, kc, rs, n, d, scale, softcap, s);
             const __m256 s0 = _mm256_loadu_ps(s), s1 = _mm256_loadu_ps(s + 8);
             const float sm = hmax8(_mm256_max_ps(s0, s1));
             const float mc = sm > m[g] ? sm : m[g];
@@ -137,6 +151,18 @@ void hx_attn_avx2(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_h
         for (int32_t i = 0; i < d; i += 8)
             _mm256_storeu_ps(out + g * d + i, _mm256_div_ps(_mm256_loadu_ps(out + g * d + i), lv));
     }
+}
+
+void hx_attn_avx2(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
+                  int32_t first, int32_t last, float *out)
+{
+    attend(kv, q, n_q, d_head, scale, 0.0f, first, last, out);
+}
+
+void hx_attn_capped_avx2(const hx_attn_kv *kv, const float *q, int32_t n_q, int32_t d_head,
+                         float scale, float softcap, int32_t first, int32_t last, float *out)
+{
+    attend(kv, q, n_q, d_head, scale, softcap, first, last, out);
 }
 
 /* vcvtps2ph rounds to nearest even (imm8), handles subnormals, overflow and inf exactly as
@@ -201,7 +227,7 @@ static void load_params(const uint16_t *p, int32_t bt, int32_t off, int32_t n, i
 
 static inline __attribute__((always_inline)) void
 attend_q(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d, float scale,
-         int32_t first, int32_t last, float *out, const int q4)
+         float softcap, int32_t first, int32_t last, float *out, const int q4)
 {
     const int32_t bt = kv->block_tokens, ng = d / 32, rb = q4 ? d / 2 : d;
     float m[HX_ATTN_MAX_Q], l[HX_ATTN_MAX_Q], qsum[HX_ATTN_MAX_Q][QMAXG];
@@ -261,8 +287,11 @@ attend_q(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d, float sc
             }
             float sv[HX_ATTN_CHUNK];
             const __m256 scv = _mm256_set1_ps(scale);
-            _mm256_storeu_ps(sv, _mm256_mul_ps(s0, scv));
-            _mm256_storeu_ps(sv + 8, _mm256_mul_ps(s1, scv));
+            s0 = _mm256_mul_ps(s0, scv);
+            s1 = _mm256_mul_ps(s1, scv);
+            if (softcap > 0.0f) s0 = cap8(s0, softcap), s1 = cap8(s1, softcap);
+            _mm256_storeu_ps(sv, s0);
+            _mm256_storeu_ps(sv + 8, s1);
             for (int32_t j = n; j < HX_ATTN_CHUNK; j++) sv[j] = -INFINITY;
             s0 = _mm256_loadu_ps(sv);
             s1 = _mm256_loadu_ps(sv + 8);
@@ -309,20 +338,34 @@ attend_q(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d, float sc
     }
 }
 
-void hx_attn_q_avx2(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d_head,
-                    float scale, int32_t first, int32_t last, float *out)
+/* Instances with d_head and the cache's code width constant (the common sizes unroll fully). */
+static inline __attribute__((always_inline)) void
+attend_q_sized(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d_head, float scale,
+               float softcap, int32_t first, int32_t last, float *out)
 {
     HX_ASSERT(n_q >= 1 && n_q <= HX_ATTN_MAX_Q && first <= last);
     HX_ASSERT(d_head % 32 == 0 && d_head <= 32 * QMAXG);
     if (kv->dtype == HX_KV_Q4) {
-        if (d_head == 64) attend_q(kv, q, n_q, 64, scale, first, last, out, 1);
-        else if (d_head == 128) attend_q(kv, q, n_q, 128, scale, first, last, out, 1);
-        else attend_q(kv, q, n_q, d_head, scale, first, last, out, 1);
+        if (d_head == 64) attend_q(kv, q, n_q, 64, scale, softcap, first, last, out, 1);
+        else if (d_head == 128) attend_q(kv, q, n_q, 128, scale, softcap, first, last, out, 1);
+        else attend_q(kv, q, n_q, d_head, scale, softcap, first, last, out, 1);
     } else {
-        if (d_head == 64) attend_q(kv, q, n_q, 64, scale, first, last, out, 0);
-        else if (d_head == 128) attend_q(kv, q, n_q, 128, scale, first, last, out, 0);
-        else attend_q(kv, q, n_q, d_head, scale, first, last, out, 0);
+        if (d_head == 64) attend_q(kv, q, n_q, 64, scale, softcap, first, last, out, 0);
+        else if (d_head == 128) attend_q(kv, q, n_q, 128, scale, softcap, first, last, out, 0);
+        else attend_q(kv, q, n_q, d_head, scale, softcap, first, last, out, 0);
     }
+}
+
+void hx_attn_q_avx2(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d_head,
+                    float scale, int32_t first, int32_t last, float *out)
+{
+    attend_q_sized(kv, q, n_q, d_head, scale, 0.0f, first, last, out);
+}
+
+void hx_attn_q_capped_avx2(const hx_attn_qkv *kv, const float *q, int32_t n_q, int32_t d_head,
+                           float scale, float softcap, int32_t first, int32_t last, float *out)
+{
+    attend_q_sized(kv, q, n_q, d_head, scale, softcap, first, last, out);
 }
 
 #endif

@@ -139,15 +139,15 @@ void hx_f16_store_ref(const float *x, uint16_t *y, int64_t n)
 static const hx_attn_variant attn_impls[] = { /* best first; the reference last */
 #if defined(__x86_64__)
     { "avx512", HX_ISA_AVX512 | HX_ISA_AVX2, 16, hx_attn_avx512, hx_f16_store_avx512,
-      hx_attn_q_avx512 },
+      hx_attn_q_avx512, NULL, NULL },
     { "avx2",   HX_ISA_AVX2,                 8,  hx_attn_avx2,   hx_f16_store_avx2,
-      hx_attn_q_avx2   },
+      hx_attn_q_avx2,   hx_attn_capped_avx2, hx_attn_q_capped_avx2 },
 #elif defined(__aarch64__)
     { "neon",   HX_ISA_NEON,                 8,  hx_attn_neon,   hx_f16_store_neon,
-      hx_attn_q_neon   },
+      hx_attn_q_neon,   NULL, NULL },
 #endif
     { "ref",    HX_ISA_NONE,                 1,  hx_attn_ref,    hx_f16_store_ref,
-      hx_attn_q_ref    },
+      hx_attn_q_ref,    hx_attn_capped_ref, hx_attn_q_capped_ref },
 };
 
 int hx_attn_variants(unsigned isa, hx_attn_variant *out, int max)

@@ -630,8 +630,10 @@ static void cpu_kv_write(hx_backend *be, hx_kv_store *kv, int32_t layer, const h
 }
 
 typedef struct {
-    hx_attn_fn           attend;   /* f16 cache */
-    hx_attn_q_fn         attend_q; /* quantized cache */
+    hx_attn_fn           attend;          /* f16 cache */
+    hx_attn_q_fn         attend_q;        /* quantized cache */
+    hx_attn_capped_fn    attend_capped;   /* the same with soft-capped scores (Gemma 2) */
+    hx_attn_q_capped_fn  attend_q_capped;
     const hx_kv_store   *kv;
     int32_t              layer;
     const hx_kv_seq     *seq;
@@ -680,8 +682,8 @@ static void attention_task(void *p, int ith, int nth)
                 .dtype = kv->dtype,
             };
             if (s->softcap > 0.0f)
-                hx_attn_q_capped_ref(&qview, a->q + r * d, (int32_t)(r_end - r), d, s->scale,
-                                     s->softcap, first, last, a->out + r * d);
+                a->attend_q_capped(&qview, a->q + r * d, (int32_t)(r_end - r), d, s->scale,
+                                   s->softcap, first, last, a->out + r * d);
             else
                 a->attend_q(&qview, a->q + r * d, (int32_t)(r_end - r), d, s->scale, first, last,
                             a->out + r * d);
@@ -697,9 +699,9 @@ static void attention_task(void *p, int ith, int nth)
             .row_stride = d,
             .block_tokens = kv->block_tokens,
         };
-        if (s->softcap > 0.0f) /* the SIMD variants have no tanh (attn.h) */
-            hx_attn_capped_ref(&view, a->q + r * d, (int32_t)(r_end - r), d, s->scale, s->softcap,
-                               first, last, a->out + r * d);
+        if (s->softcap > 0.0f)
+            a->attend_capped(&view, a->q + r * d, (int32_t)(r_end - r), d, s->scale, s->softcap,
+                             first, last, a->out + r * d);
         else
             a->attend(&view, a->q + r * d, (int32_t)(r_end - r), d, s->scale, first, last,
                       a->out + r * d);
@@ -709,24 +711,29 @@ static void attention_task(void *p, int ith, int nth)
 
 /* Picks the best variant whose d_head alignment fits this model (once per call, outside every
  * loop; the reference fits any d_head). A quantized cache takes the best variant's attend_q,
- * which every variant has for any d_head % 32 == 0 (kv_alloc refused the others). */
+ * which every variant has for any d_head % 32 == 0 (kv_alloc refused the others). Soft-capped
+ * scores take the best variant that has them (the reference has). */
 static void cpu_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
                           const hx_kv_seq *seq, const float *q, const int32_t *pos, int64_t n_tok,
                           const hx_attn_shape *s, float *out)
 {
     cpu_impl *c = impl_of(be);
     HX_ASSERT(s->n_kv_head > 0 && s->n_head % s->n_kv_head == 0);
-    hx_attn_fn attend = hx_attn_ref;
+    hx_attn_fn attend = NULL;
+    hx_attn_capped_fn capped = NULL;
+    hx_attn_q_capped_fn q_capped = NULL;
     for (int i = 0; i < c->n_attn; i++) {
-        if (s->d_head % c->attn[i].d_align == 0) {
-            attend = c->attn[i].attend;
-            break;
-        }
+        const hx_attn_variant *v = &c->attn[i];
+        if (!attend && s->d_head % v->d_align == 0) attend = v->attend;
+        if (!capped && s->d_head % v->d_align == 0) capped = v->attend_capped;
+        if (!q_capped) q_capped = v->attend_q_capped;
     }
+    HX_ASSERT(attend && capped && q_capped); /* the reference has all three */
     HX_ASSERT(kv->dtype == HX_KV_F16 || s->d_head % HX_KVQ_GROUP == 0);
     const int32_t group = s->n_head / s->n_kv_head;
     const int64_t align = n_tok * s->n_kv_head >= 4 * (int64_t)c->n_threads ? group : 1;
-    attn_args a = {attend, c->attn[0].attend_q, kv, layer, seq, q, pos, n_tok, s, align, out};
+    attn_args a = {attend, c->attn[0].attend_q, capped, q_capped, kv, layer, seq, q, pos, n_tok,
+                   s, align, out};
     hx_pool_run(c->pool, attention_task, &a);
 }
 
