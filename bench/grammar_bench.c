@@ -125,14 +125,14 @@ static gen_times generate(hx_loaded_model *m, hx_sequence *seq, hx_kv_pool *pool
     for (bool first = true; !hx_gen_done(gen); first = false) {
         const int32_t rows = hx_gen_pending(gen);
         if (rows > HX_SEQUENCE_STEP_TOKENS) die("prompt", &(hx_err){.msg = "too long"});
-        hx_kv_seq kvs;
+        hx_kv_seq kvs, kvs_swa; /* the bench's model has no sliding layers' pool */
         if (hx_gen_reserve(gen, rows, &err) != HX_OK) die("reserve", &err);
-        hx_gen_rows(gen, rows, 0, ids, ids + rows, ids + 2 * rows, &kvs);
+        hx_gen_rows(gen, rows, 0, ids, ids + rows, ids + 2 * rows, &kvs, &kvs_swa);
         row = rows - 1;
         const hx_batch b = {.n_tok = rows, .tokens = ids, .pos = ids + rows, .seq = ids + 2 * rows,
                             .seqs = &kvs, .n_seqs = 1, .logit_rows = &row, .n_logits = 1};
         const double t0 = now_ms();
-        if (hx_llm_forward(m->llm, &pool->store, &b, logits, &err) != HX_OK) die("forward", &err);
+        if (hx_llm_forward(m->llm, &pool->store, NULL, &b, logits, &err) != HX_OK) die("forward", &err);
         const double t1 = now_ms();
         hx_gen_fed(gen, rows, logits);
         if (!first) t.fwd_ms += t1 - t0, t.smp_ms += now_ms() - t1;
@@ -161,7 +161,7 @@ static void bench_decode(hx_loaded_model *m, const hx_grammar *g, const hx_gramm
                             &err) != HX_OK ||
         hx_kv_pool_create(m->be, hp->n_layer, hp->n_kv_head, hp->d_head, 16, 64, &pool,
                           &err) != HX_OK ||
-        hx_sequence_init_shared(m->llm, m->tok, pool, 1024, &seq, &err) != HX_OK)
+        hx_sequence_init_shared(m->llm, m->tok, pool, NULL, 1024, &seq, &err) != HX_OK)
         die("setup", &err);
     static collected text;
     double *fwd[2], *smp[2];

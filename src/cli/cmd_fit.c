@@ -122,6 +122,8 @@ static json_t *report_json(const char *path, const hx_fit_report *r, int probe_t
     BYTES(weights_packed_bytes);
     BYTES(kv_bytes);
     BYTES(kv_bytes_per_token);
+    json_object_set_new(j, "kv_window_layers", json_integer(r->kv_window_layers));
+    json_object_set_new(j, "kv_window", json_integer(r->kv_window));
     BYTES(scratch_bytes);
     BYTES(scratch_reserved_bytes);
     BYTES(embed_bytes);
@@ -154,7 +156,11 @@ static void print_text(const char *path, const hx_fit_report *r, int probe_threa
     printf("weights         %12s  (%s repacked for the CPU kernels, the rest mapped)\n", a, b);
     FMT(a, r->kv_bytes);
     FMT(b, r->kv_bytes_per_token);
-    printf("kv cache        %12s  (%s per position)\n", a, b);
+    if (r->kv_window_layers > 0)
+        printf("kv cache        %12s  (%s per position; %d sliding layers keep %d positions)\n",
+               a, b, r->kv_window_layers, r->kv_window);
+    else
+        printf("kv cache        %12s  (%s per position)\n", a, b);
     FMT(a, r->scratch_bytes);
     FMT(b, r->scratch_reserved_bytes);
     printf("scratch         %12s  (%s reserved, written only in part)\n", a, b);

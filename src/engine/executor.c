@@ -56,12 +56,13 @@ struct hx_executor {
     /* the engine thread's own */
     hx_llm           *m;
     hx_kv_pool       *pool;
+    hx_kv_pool       *pool_swa; /* the sliding layers' (hx_hparams_n_swa_layers), or NULL */
     hx_prefix_cache  *cache;   /* NULL when p.cache_blocks is 0 */
     slot             *slots;   /* [p.n_batch] */
     int64_t           n_admitted;
     /* one step's batch: [step_tokens] rows, [n_batch] sequences and logit rows */
     int32_t          *ids, *pos, *seq, *logit_rows;
-    hx_kv_seq        *kvs;
+    hx_kv_seq        *kvs, *kvs_swa;
     float            *logits;  /* [n_batch, n_vocab] */
 };
 
@@ -202,19 +203,30 @@ static void slot_start(hx_executor *ex, slot *sl, hx_job *j)
     if (ex->cache && c->n_prompt > 1) {
         /* Never the last prompt token: its logits must be computed. Whole blocks are shared; the
          * cached block that agrees longest with the positions after them is copied. */
-        int32_t blocks[512];
+        int32_t blocks[512], swa[512], tail_swa = -1;
+        int32_t *bswa = ex->pool_swa ? swa : NULL;
         const int32_t n = c->n_prompt - 1;
         int32_t max = n / 16, n_tail = 0;
         if (max > (int32_t)HX_COUNTOF(blocks) - 1) max = (int32_t)HX_COUNTOF(blocks) - 1;
-        const int32_t got = hx_prefix_cache_match(ex->cache, 0, c->prompt, n, blocks, max);
-        const int32_t tail = hx_prefix_cache_match_tail(ex->cache, 0, c->prompt, n, got, &n_tail);
+        const int32_t got = hx_prefix_cache_match(ex->cache, 0, c->prompt, n, blocks, bswa, max);
+        const int32_t tail = hx_prefix_cache_match_tail(ex->cache, 0, c->prompt, n, got, &n_tail,
+                                                        &tail_swa);
         if (tail >= 0) {
             blocks[got] = hx_kv_pool_copy(ex->pool, tail);
             hx_kv_pool_release(ex->pool, tail);
+            if (bswa) {
+                swa[got] = blocks[got] >= 0 ? hx_kv_pool_copy(ex->pool_swa, tail_swa) : -1;
+                hx_kv_pool_release(ex->pool_swa, tail_swa);
+                if (swa[got] < 0 && blocks[got] >= 0) {
+                    hx_kv_pool_release(ex->pool, blocks[got]);
+                    blocks[got] = -1;
+                }
+            }
             if (blocks[got] < 0) n_tail = 0; /* no free block: those positions are recomputed */
         }
         if (got > 0 || n_tail > 0)
-            hx_sequence_adopt(sl->seq, c->prompt, blocks, got + (n_tail > 0), got * 16 + n_tail);
+            hx_sequence_adopt(sl->seq, c->prompt, blocks, bswa, got + (n_tail > 0),
+                              got * 16 + n_tail);
     }
     hx_err err = {0};
     const hx_status st = hx_gen_begin(sl->seq, c->prompt, c->n_prompt, &sl->gp, on_text, j,
@@ -236,8 +248,9 @@ static void cache_sequence(hx_executor *ex, const slot *sl)
     int32_t n_blocks, n_tokens;
     const int32_t *blocks = hx_sequence_blocks(sl->seq, &n_blocks);
     const int32_t *tokens = hx_sequence_tokens(sl->seq, &n_tokens);
-    hx_prefix_cache_insert(ex->cache, 0, tokens, n_tokens, blocks);
-    hx_prefix_cache_insert_tail(ex->cache, 0, tokens, n_tokens, blocks);
+    const int32_t *swa = hx_sequence_blocks_swa(sl->seq);
+    hx_prefix_cache_insert(ex->cache, 0, tokens, n_tokens, blocks, swa);
+    hx_prefix_cache_insert_tail(ex->cache, 0, tokens, n_tokens, blocks, swa);
 }
 
 /* Ends the job of slot sl; its sequence's full blocks go to the prefix cache. */
@@ -289,7 +302,7 @@ static int32_t batch_add(hx_executor *ex, slot *sl, int32_t n_rows, int32_t n_se
     const int32_t rows = pending < budget ? pending : budget;
     if (rows <= 0 || !make_room(ex, sl, rows)) return 0;
     hx_gen_rows(sl->gen, rows, n_seqs, ex->ids + n_rows, ex->pos + n_rows, ex->seq + n_rows,
-                &ex->kvs[n_seqs]);
+                &ex->kvs[n_seqs], &ex->kvs_swa[n_seqs]);
     sl->rows = rows;
     sl->i_logit = -1;
     if (rows == pending) { /* its last known token: the next one is sampled from this row */
@@ -340,9 +353,10 @@ static void step(hx_executor *ex)
         hx_err err = {0};
         if (n_logits == 0) ex->logit_rows[n_logits++] = n_rows - 1; /* a prefill middle chunk */
         const hx_batch b = {.n_tok = n_rows, .tokens = ex->ids, .pos = ex->pos, .seq = ex->seq,
-                            .seqs = ex->kvs, .n_seqs = n_seqs, .logit_rows = ex->logit_rows,
-                            .n_logits = n_logits};
-        const hx_status st = hx_llm_forward(ex->m, &ex->pool->store, &b, ex->logits, &err);
+                            .seqs = ex->kvs, .seqs_swa = ex->kvs_swa, .n_seqs = n_seqs,
+                            .logit_rows = ex->logit_rows, .n_logits = n_logits};
+        hx_kv_store *swa = ex->pool_swa ? &ex->pool_swa->store : NULL;
+        const hx_status st = hx_llm_forward(ex->m, &ex->pool->store, swa, &b, ex->logits, &err);
         const int32_t n_vocab = ex->m->hp.n_vocab;
         for (int32_t i = 0; i < n_seqs; i++) {
             slot *sl = in_batch[i];
@@ -457,6 +471,16 @@ static void *engine_main(void *arg)
 
 /* ---- the executor ---- */
 
+int32_t hx_executor_swa_blocks(const hx_hparams *hp, const hx_executor_params *p, int32_t max_tok)
+{
+    const int32_t n_batch = p->n_batch > 0 ? (p->n_batch < 64 ? p->n_batch : 64) : 8;
+    const int32_t step = p->step_tokens > 0 && p->step_tokens < max_tok ? p->step_tokens : max_tok;
+    const int32_t win = hx_kv_window_blocks(hp->sliding_window, step, 16);
+    const int32_t ctx = (p->n_ctx + 15) / 16;
+    const int32_t seqs = n_batch * (win < ctx ? win : ctx);
+    return seqs + (p->cache_blocks < seqs ? p->cache_blocks : seqs);
+}
+
 hx_status hx_executor_open(hx_llm *m, const hx_tokenizer *tok, const hx_executor_params *p,
                            hx_executor **out, hx_err *err)
 {
@@ -478,25 +502,36 @@ hx_status hx_executor_open(hx_llm *m, const hx_tokenizer *tok, const hx_executor
         goto fail;
     }
     const int32_t n_blocks = p->kv_blocks > 0 ? p->kv_blocks : ctx_blocks * ex->p.n_batch + p->cache_blocks;
-    st = hx_kv_pool_create_typed(m->be, hp->n_layer, hp->n_kv_head, hp->d_head, 16, n_blocks,
-                                 p->kv, &ex->pool, err);
+    const int32_t n_swa = hx_hparams_n_swa_layers(hp);
+    st = hx_kv_pool_create_typed(m->be, hp->n_layer - n_swa, hp->n_kv_head, hp->d_head, 16,
+                                 n_blocks, p->kv, &ex->pool, err);
     if (st != HX_OK) goto fail;
+    if (n_swa > 0) {
+        const int32_t swa_blocks = hx_executor_swa_blocks(hp, &ex->p, (int32_t)m->max_tok);
+        st = hx_kv_pool_create_typed(m->be, n_swa, hp->n_kv_head, hp->d_head, 16, swa_blocks,
+                                     p->kv, &ex->pool_swa, err);
+        if (st != HX_OK) goto fail;
+    }
     if (p->cache_blocks > 0 &&
         (st = hx_prefix_cache_create(ex->pool, 16, p->cache_blocks, &ex->cache, err)) != HX_OK)
         goto fail;
+    if (ex->cache && ex->pool_swa) hx_prefix_cache_use_swa(ex->cache, ex->pool_swa, hp->sliding_window);
     ex->slots = hx_calloc((size_t)ex->p.n_batch, sizeof *ex->slots);
     ex->ids = hx_alloc((size_t)ex->p.step_tokens * sizeof(int32_t));
     ex->pos = hx_alloc((size_t)ex->p.step_tokens * sizeof(int32_t));
     ex->seq = hx_alloc((size_t)ex->p.step_tokens * sizeof(int32_t));
     ex->logit_rows = hx_alloc((size_t)ex->p.n_batch * sizeof(int32_t));
     ex->kvs = hx_alloc((size_t)ex->p.n_batch * sizeof *ex->kvs);
+    ex->kvs_swa = hx_alloc((size_t)ex->p.n_batch * sizeof *ex->kvs_swa);
     ex->logits = hx_alloc((size_t)ex->p.n_batch * (size_t)hp->n_vocab * sizeof(float));
-    if (!ex->slots || !ex->ids || !ex->pos || !ex->seq || !ex->logit_rows || !ex->kvs || !ex->logits) {
+    if (!ex->slots || !ex->ids || !ex->pos || !ex->seq || !ex->logit_rows || !ex->kvs ||
+        !ex->kvs_swa || !ex->logits) {
         st = hx_err_set(err, HX_E_NOMEM, "out of memory for the scheduler");
         goto fail;
     }
     for (int32_t i = 0; i < ex->p.n_batch; i++)
-        if ((st = hx_sequence_init_shared(m, tok, ex->pool, p->n_ctx, &ex->slots[i].seq, err)) != HX_OK)
+        if ((st = hx_sequence_init_shared(m, tok, ex->pool, ex->pool_swa, p->n_ctx,
+                                          &ex->slots[i].seq, err)) != HX_OK)
             goto fail;
     kv_figures(ex);
     if (pthread_create(&ex->thread, NULL, engine_main, ex) != 0) {
@@ -532,12 +567,14 @@ void hx_executor_close(hx_executor *ex)
     for (int32_t i = 0; ex->slots && i < ex->p.n_batch; i++) hx_sequence_free(ex->slots[i].seq);
     hx_prefix_cache_free(ex->cache);
     hx_kv_pool_free(ex->pool);
+    hx_kv_pool_free(ex->pool_swa);
     hx_free(ex->slots);
     hx_free(ex->ids);
     hx_free(ex->pos);
     hx_free(ex->seq);
     hx_free(ex->logit_rows);
     hx_free(ex->kvs);
+    hx_free(ex->kvs_swa);
     hx_free(ex->logits);
     pthread_cond_destroy(&ex->work);
     pthread_mutex_destroy(&ex->mu);

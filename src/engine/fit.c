@@ -19,7 +19,6 @@
 #include "backend/cpu/packed.h"
 #include "base/alloc.h"
 #include "base/cpu.h"
-#include "kv/kv_pool.h"
 #include "engine/sequence.h"
 #include "kv/kv_pool.h"
 #include "model/model.h"
@@ -350,7 +349,17 @@ static void terms(const fit_model *fm, int32_t n_ctx, int32_t n_batch, hx_kv_dty
     const uint64_t blocks = ((uint64_t)n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
     const uint64_t positions = blocks * KV_BLOCK_TOKENS * (uint64_t)n_batch;
     r->kv_bytes_per_token = hx_kv_dtype_bytes_per_token(kv_type, hp->n_layer, hp->n_kv_head, hp->d_head);
-    r->kv_bytes = positions * r->kv_bytes_per_token;
+    /* Sliding layers in a pool of their own keep each sequence's window (executor.c, one step of
+     * HX_SEQUENCE_STEP_TOKENS rows): that many positions, however long the context. */
+    const int32_t n_swa = hx_hparams_n_swa_layers(hp);
+    const uint64_t swa_tok = hx_kv_dtype_bytes_per_token(kv_type, n_swa, hp->n_kv_head, hp->d_head);
+    r->kv_window_layers = n_swa;
+    r->kv_window = n_swa > 0 ? hp->sliding_window : 0;
+    const uint64_t win = (uint64_t)hx_kv_window_blocks(hp->sliding_window, HX_SEQUENCE_STEP_TOKENS,
+                                                       KV_BLOCK_TOKENS);
+    const uint64_t swa_positions = (win < blocks ? win : blocks) * KV_BLOCK_TOKENS * (uint64_t)n_batch;
+    r->kv_bytes = n_swa > 0 ? positions * (r->kv_bytes_per_token - swa_tok) + swa_positions * swa_tok
+                            : positions * r->kv_bytes_per_token;
     /* Per sequence (sequence.c): the tokens the cache holds, its last logits, the step's pos,
      * seq and row arrays, the pool's refcount and free list, and a sampler. */
     const uint64_t per_seq = (uint64_t)n_ctx * 4 + (uint64_t)hp->n_vocab * 4 +
@@ -444,7 +453,11 @@ hx_status hx_fit_compute(const hx_model_files *mf, const hx_fit_params *params, 
 
     /* Decode of one sequence reads every weight once per token, one embedding row, and the KV
      * of the positions before it: n_ctx / 2 on average over a context filled from empty. */
-    const uint64_t kv_read = (uint64_t)r.n_ctx / 2 * r.kv_bytes_per_token;
+    const uint64_t half = (uint64_t)r.n_ctx / 2, win = (uint64_t)r.kv_window;
+    const uint64_t swa_tok = hx_kv_dtype_bytes_per_token(r.kv_type, r.kv_window_layers,
+                                                         hp->n_kv_head, hp->d_head);
+    const uint64_t swa_read = half < win ? half : win;
+    const uint64_t kv_read = half * (r.kv_bytes_per_token - swa_tok) + swa_read * swa_tok;
     r.read_bytes_per_token = fm.weights_read + fm.embed_row + kv_read;
     r.bandwidth_bytes_per_s = p.bandwidth_bytes_per_s > 0 ? p.bandwidth_bytes_per_s : 0;
     if (r.bandwidth_bytes_per_s > 0) {

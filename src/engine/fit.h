@@ -59,8 +59,12 @@ typedef struct {
     uint64_t weights_bytes;           /* resident weights: repacked copies + mapped tensors */
     uint64_t weights_packed_bytes;    /*   of which repacked copies (anonymous memory) */
     uint64_t kv_bytes;                /* the KV pool: n_batch x n_ctx (rounded up to a block of
-                                       * 16) positions x kv_bytes_per_token */
+                                       * 16) positions x kv_bytes_per_token, except that sliding
+                                       * layers (Gemma 2/3) keep only their window's blocks */
     uint64_t kv_bytes_per_token;      /* one position, K and V of every layer */
+    int32_t  kv_window_layers;        /* layers whose KV is kept for their window only (Gemma
+                                       * 2/3's sliding ones; 0: every layer keeps every position) */
+    int32_t  kv_window;               /* that window in positions (0 when none) */
     uint64_t scratch_bytes;           /* activations and per-sequence buffers that get written */
     uint64_t scratch_reserved_bytes;  /* the same buffers as allocated (address space; untouched
                                        * pages of them are not resident) */

@@ -17,6 +17,11 @@ struct hx_sequence {
     hx_kv_pool         *pool;
     bool                own_pool;
     hx_kv_table         table;
+    /* The sliding layers' KV when the model splits (hx_hparams_n_swa_layers): table_swa holds
+     * only the blocks the next rows' windows reach, -1 before them. NULL pool otherwise. */
+    hx_kv_pool         *pool_swa;
+    hx_kv_table         table_swa;
+    int32_t             window;
     int32_t             n_ctx;
     int32_t            *tokens;   /* [n_ctx] tokens known: those the cache holds, then pending */
     int32_t             n_tokens; /* how many of them the cache holds (positions with KV) */
@@ -47,8 +52,9 @@ struct hx_gen {
 
 /* ---- sequences ---- */
 
-static hx_status sequence_new(hx_llm *m, const hx_tokenizer *tok, hx_kv_pool *pool, int32_t n_ctx,
-                              hx_kv_dtype kv, hx_sequence **out, hx_err *err)
+static hx_status sequence_new(hx_llm *m, const hx_tokenizer *tok, hx_kv_pool *pool,
+                              hx_kv_pool *pool_swa, int32_t n_ctx, hx_kv_dtype kv,
+                              hx_sequence **out, hx_err *err)
 {
     if (n_ctx < 2) return hx_err_set(err, HX_E_INVALID, "context of %d positions is too small", n_ctx);
     hx_sequence *s = hx_calloc(1, sizeof *s);
@@ -57,12 +63,20 @@ static hx_status sequence_new(hx_llm *m, const hx_tokenizer *tok, hx_kv_pool *po
     s->tok = tok;
     s->n_ctx = n_ctx;
     s->pool = pool;
+    s->pool_swa = pool_swa;
+    s->window = m->hp.sliding_window;
     hx_status st = HX_OK;
     if (!pool) {
         const hx_hparams *hp = &m->hp;
+        const int32_t n_swa = hx_hparams_n_swa_layers(hp);
+        const int32_t blocks = (n_ctx + BLOCK_TOKENS - 1) / BLOCK_TOKENS;
+        const int32_t swa = hx_kv_window_blocks(s->window, (int32_t)m->max_tok, BLOCK_TOKENS);
         s->own_pool = true;
-        st = hx_kv_pool_create_typed(m->be, hp->n_layer, hp->n_kv_head, hp->d_head, BLOCK_TOKENS,
-                                     (n_ctx + BLOCK_TOKENS - 1) / BLOCK_TOKENS, kv, &s->pool, err);
+        st = hx_kv_pool_create_typed(m->be, hp->n_layer - n_swa, hp->n_kv_head, hp->d_head,
+                                     BLOCK_TOKENS, blocks, kv, &s->pool, err);
+        if (st == HX_OK && n_swa > 0)
+            st = hx_kv_pool_create_typed(m->be, n_swa, hp->n_kv_head, hp->d_head, BLOCK_TOKENS,
+                                         swa < blocks ? swa : blocks, kv, &s->pool_swa, err);
         if (st != HX_OK) goto fail;
     }
     s->tokens = hx_alloc((size_t)n_ctx * sizeof(int32_t));
@@ -85,20 +99,26 @@ fail:
 hx_status hx_sequence_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx_kv_dtype kv,
                           hx_sequence **out, hx_err *err)
 {
-    return sequence_new(m, tok, NULL, n_ctx, kv, out, err);
+    return sequence_new(m, tok, NULL, NULL, n_ctx, kv, out, err);
 }
 
 hx_status hx_sequence_init_shared(hx_llm *m, const hx_tokenizer *tok, hx_kv_pool *pool,
-                                  int32_t n_ctx, hx_sequence **out, hx_err *err)
+                                  hx_kv_pool *pool_swa, int32_t n_ctx, hx_sequence **out,
+                                  hx_err *err)
 {
-    return sequence_new(m, tok, pool, n_ctx, pool->store.dtype, out, err);
+    HX_ASSERT((pool_swa != NULL) == (hx_hparams_n_swa_layers(&m->hp) > 0));
+    return sequence_new(m, tok, pool, pool_swa, n_ctx, pool->store.dtype, out, err);
 }
 
 void hx_sequence_free(hx_sequence *s)
 {
     if (!s) return;
     if (s->pool) hx_kv_table_free(s->pool, &s->table);
-    if (s->own_pool) hx_kv_pool_free(s->pool);
+    if (s->pool_swa) hx_kv_table_free(s->pool_swa, &s->table_swa);
+    if (s->own_pool) {
+        hx_kv_pool_free(s->pool);
+        hx_kv_pool_free(s->pool_swa);
+    }
     hx_free(s->tokens);
     hx_free(s->logits);
     hx_free(s->pos);
@@ -108,39 +128,68 @@ void hx_sequence_free(hx_sequence *s)
     hx_free(s);
 }
 
+/* Keeps positions [0, n) of the cache (both pools). */
+static void sequence_truncate(hx_sequence *s, int32_t n)
+{
+    hx_kv_table_truncate(s->pool, &s->table, n);
+    if (s->pool_swa) hx_kv_table_truncate(s->pool_swa, &s->table_swa, n);
+    s->n_tokens = n;
+}
+
 void hx_sequence_clear(hx_sequence *s)
 {
-    hx_kv_table_truncate(s->pool, &s->table, 0);
-    s->n_tokens = 0;
+    sequence_truncate(s, 0);
+}
+
+/* Places blocks[0..n_blocks) in the empty table t, covering n positions, growing its array
+ * without taking blocks from the pool; false (nothing placed) when out of memory. */
+static bool table_adopt(hx_kv_table *t, const int32_t *blocks, int32_t n_blocks, int32_t n)
+{
+    if (n_blocks > t->cap) {
+        int32_t *b = hx_realloc(t->blocks, (size_t)n_blocks * sizeof *b);
+        if (!b) return false;
+        t->blocks = b;
+        t->cap = n_blocks;
+    }
+    memcpy(t->blocks, blocks, (size_t)n_blocks * sizeof *blocks);
+    t->n_blocks = n_blocks;
+    t->n_ctx = n;
+    return true;
+}
+
+static void release_blocks(hx_kv_pool *pool, const int32_t *blocks, int32_t n)
+{
+    for (int32_t i = 0; i < n; i++)
+        if (blocks[i] >= 0) hx_kv_pool_release(pool, blocks[i]);
 }
 
 void hx_sequence_adopt(hx_sequence *s, const int32_t *tokens, const int32_t *blocks,
-                       int32_t n_blocks, int32_t n_tokens)
+                       const int32_t *blocks_swa, int32_t n_blocks, int32_t n_tokens)
 {
     HX_ASSERT(s->n_tokens == 0 && s->table.n_blocks == 0);
     HX_ASSERT(n_tokens > (n_blocks - 1) * BLOCK_TOKENS && n_tokens <= n_blocks * BLOCK_TOKENS);
-    const int32_t n = n_tokens;
-    /* Grow the table's array without taking blocks from the pool, then place the given ones. */
-    if (n_blocks > s->table.cap) {
-        int32_t *b = hx_realloc(s->table.blocks, (size_t)n_blocks * sizeof *b);
-        if (!b) { /* no memory: give the blocks back, the prefix is recomputed instead */
-            for (int32_t i = 0; i < n_blocks; i++) hx_kv_pool_release(s->pool, blocks[i]);
-            return;
-        }
-        s->table.blocks = b;
-        s->table.cap = n_blocks;
+    HX_ASSERT((blocks_swa != NULL) == (s->pool_swa != NULL));
+    if (!table_adopt(&s->table, blocks, n_blocks, n_tokens) ||
+        (s->pool_swa && !table_adopt(&s->table_swa, blocks_swa, n_blocks, n_tokens))) {
+        /* no memory: give the blocks back, the prefix is recomputed instead */
+        s->table.n_blocks = s->table.n_ctx = 0;
+        release_blocks(s->pool, blocks, n_blocks);
+        if (s->pool_swa) release_blocks(s->pool_swa, blocks_swa, n_blocks);
+        return;
     }
-    memcpy(s->table.blocks, blocks, (size_t)n_blocks * sizeof *blocks);
-    s->table.n_blocks = n_blocks;
-    s->table.n_ctx = n;
-    memcpy(s->tokens, tokens, (size_t)n * sizeof *tokens);
-    s->n_tokens = n;
+    memcpy(s->tokens, tokens, (size_t)n_tokens * sizeof *tokens);
+    s->n_tokens = n_tokens;
 }
 
 const int32_t *hx_sequence_blocks(const hx_sequence *s, int32_t *n_blocks)
 {
     *n_blocks = s->table.n_blocks;
     return s->table.blocks;
+}
+
+const int32_t *hx_sequence_blocks_swa(const hx_sequence *s)
+{
+    return s->pool_swa ? s->table_swa.blocks : NULL;
 }
 
 const int32_t *hx_sequence_tokens(const hx_sequence *s, int32_t *n)
@@ -260,8 +309,10 @@ hx_status hx_gen_begin(hx_sequence *s, const int32_t *prompt, int32_t n, const h
      * its logits are needed to sample the first new token. */
     int32_t keep = 0;
     while (keep < s->n_tokens && keep < n - 1 && s->tokens[keep] == prompt[keep]) keep++;
-    hx_kv_table_truncate(s->pool, &s->table, keep);
-    s->n_tokens = keep;
+    /* The sliding layers must still hold the window before the first new row; else start over. */
+    if (s->pool_swa && !hx_kv_table_holds(s->pool_swa, &s->table_swa, keep - s->window + 1, keep))
+        keep = 0;
+    sequence_truncate(s, keep);
     memcpy(s->tokens + keep, prompt + keep, (size_t)(n - keep) * sizeof *prompt);
     g->n_known = n;
     g->stats.n_cached = keep;
@@ -277,11 +328,19 @@ bool hx_gen_done(const hx_gen *g) { return g->done; }
 
 hx_status hx_gen_reserve(hx_gen *g, int32_t rows, hx_err *err)
 {
-    return hx_kv_table_reserve(g->s->pool, &g->s->table, g->s->n_tokens + rows, err);
+    hx_sequence *s = g->s;
+    const int32_t n = s->n_tokens;
+    hx_status st = hx_kv_table_reserve(s->pool, &s->table, n + rows, err);
+    if (st != HX_OK || !s->pool_swa) return st;
+    /* The sliding layers keep what the new rows' windows reach: from n - window + 1 on. */
+    hx_kv_table_drop_before(s->pool_swa, &s->table_swa, n - s->window + 1);
+    if ((st = hx_kv_table_reserve(s->pool_swa, &s->table_swa, n + rows, err)) != HX_OK)
+        hx_kv_table_truncate(s->pool, &s->table, n); /* nothing taken, as documented */
+    return st;
 }
 
 void hx_gen_rows(const hx_gen *g, int32_t rows, int32_t seq, int32_t *tokens, int32_t *pos,
-                 int32_t *seq_ids, hx_kv_seq *kv)
+                 int32_t *seq_ids, hx_kv_seq *kv, hx_kv_seq *kv_swa)
 {
     const hx_sequence *s = g->s;
     for (int32_t i = 0; i < rows; i++) {
@@ -290,12 +349,12 @@ void hx_gen_rows(const hx_gen *g, int32_t rows, int32_t seq, int32_t *tokens, in
         seq_ids[i] = seq;
     }
     *kv = (hx_kv_seq){s->table.blocks, s->n_tokens + rows};
+    *kv_swa = (hx_kv_seq){s->table_swa.blocks, s->n_tokens + rows};
 }
 
 void hx_gen_preempt(hx_gen *g)
 {
-    hx_kv_table_truncate(g->s->pool, &g->s->table, 0);
-    g->s->n_tokens = 0;
+    sequence_truncate(g->s, 0);
 }
 
 void hx_gen_cancel(hx_gen *g)
@@ -429,13 +488,15 @@ hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
             break;
         }
         if ((st = hx_gen_reserve(g, rows, err)) != HX_OK) break;
-        hx_kv_seq kvs;
-        hx_gen_rows(g, rows, 0, s->ids, s->pos, s->seq, &kvs);
+        hx_kv_seq kvs, kvs_swa;
+        hx_gen_rows(g, rows, 0, s->ids, s->pos, s->seq, &kvs, &kvs_swa);
         s->rows[0] = rows - 1; /* a middle chunk's logits are not used, but cost one row */
         const bool last = rows == pending;
         hx_batch b = {.n_tok = rows, .tokens = s->ids, .pos = s->pos, .seq = s->seq,
-                      .seqs = &kvs, .n_seqs = 1, .logit_rows = s->rows, .n_logits = 1};
-        if ((st = hx_llm_forward(s->m, &s->pool->store, &b, s->logits, err)) != HX_OK) break;
+                      .seqs = &kvs, .seqs_swa = &kvs_swa, .n_seqs = 1, .logit_rows = s->rows,
+                      .n_logits = 1};
+        hx_kv_store *swa = s->pool_swa ? &s->pool_swa->store : NULL;
+        if ((st = hx_llm_forward(s->m, &s->pool->store, swa, &b, s->logits, err)) != HX_OK) break;
         hx_gen_fed(g, rows, last ? s->logits : NULL);
     }
     const hx_status end = hx_gen_end(g, stats, err);

@@ -65,10 +65,13 @@ typedef struct hx_sequence hx_sequence;
  * n_ctx positions, storing K and V as kv (HX_KV_F16, or 8-/4-bit: kv_pool.h). */
 hx_status hx_sequence_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx_kv_dtype kv,
                           hx_sequence **out, hx_err *err);
-/* The same over a pool shared with other sequences (borrowed; the scheduler's): up to n_ctx
- * positions, blocks taken from the pool as the sequence grows. */
+/* The same over pools shared with other sequences (borrowed; the scheduler's): up to n_ctx
+ * positions, blocks taken from the pools as the sequence grows. pool_swa holds the sliding
+ * layers when the model splits its cache (hx_hparams_n_swa_layers > 0; NULL otherwise), of
+ * which a sequence keeps hx_kv_window_blocks(sliding_window, rows of a step) at most. */
 hx_status hx_sequence_init_shared(hx_llm *m, const hx_tokenizer *tok, hx_kv_pool *pool,
-                                  int32_t n_ctx, hx_sequence **out, hx_err *err);
+                                  hx_kv_pool *pool_swa, int32_t n_ctx, hx_sequence **out,
+                                  hx_err *err);
 void      hx_sequence_free(hx_sequence *s); /* accepts NULL */
 
 /* Forgets what the cache holds, releasing its blocks. */
@@ -76,11 +79,15 @@ void hx_sequence_clear(hx_sequence *s);
 /* Makes an empty sequence hold tokens[0..n_tokens) in blocks[0..n_blocks) (references the
  * caller already holds pass to the sequence; n_tokens needs all n_blocks and fits in them): a
  * prefix found in the prefix cache. A partial last block must be the sequence's alone (a copy),
- * since the sequence writes its next positions into it. */
+ * since the sequence writes its next positions into it. blocks_swa: the sliding layers' blocks
+ * of the same positions (-1 where not held; those the next rows' windows reach must be there),
+ * NULL exactly when the sequence has no sliding pool. */
 void hx_sequence_adopt(hx_sequence *s, const int32_t *tokens, const int32_t *blocks,
-                       int32_t n_blocks, int32_t n_tokens);
-/* The block table and how many positions hold KV (for the prefix cache). */
+                       const int32_t *blocks_swa, int32_t n_blocks, int32_t n_tokens);
+/* The block table and its length (for the prefix cache); the sliding pool's table (same length,
+ * -1 for blocks dropped) or NULL without one. */
 const int32_t *hx_sequence_blocks(const hx_sequence *s, int32_t *n_blocks);
+const int32_t *hx_sequence_blocks_swa(const hx_sequence *s);
 
 /* ---- one generation, driven in steps ---- */
 
@@ -99,9 +106,10 @@ bool    hx_gen_prefilling(const hx_gen *g); /* still feeding its prompt */
  * changes then: free blocks and retry, or preempt). */
 hx_status hx_gen_reserve(hx_gen *g, int32_t rows, hx_err *err);
 /* Writes the next `rows` rows into a batch at its row r0 (tokens, positions, sequence index
- * seq), and the sequence's KV view counting them. */
+ * seq), and the sequence's KV views counting them (kv_swa: the sliding pool's, unused without
+ * one). */
 void hx_gen_rows(const hx_gen *g, int32_t rows, int32_t seq, int32_t *tokens, int32_t *pos,
-                 int32_t *seq_ids, hx_kv_seq *kv);
+                 int32_t *seq_ids, hx_kv_seq *kv, hx_kv_seq *kv_swa);
 /* After a forward step fed `rows` rows: when they were the last pending ones, logits is the last
  * row's [n_vocab] (modified: sampling works in place) and the next token is sampled, its text
  * handed to the callback, and stop conditions checked; otherwise logits is NULL. */

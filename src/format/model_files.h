@@ -88,6 +88,28 @@ static inline int32_t hx_hparams_layer_window(const hx_hparams *hp, int32_t i)
     return (hp->full_attn_layers[i / 8] >> (i % 8)) & 1 ? 0 : hp->sliding_window;
 }
 
+/* Layers whose KV the cache keeps for their window only: the sliding ones when the model also has
+ * full-attention layers (Gemma 2/3); they get a KV pool of their own, holding the last
+ * sliding_window positions of each sequence. 0 when there is no such split: every layer in one
+ * pool holding every position (also when every layer slides, as in Mistral and Phi-3). */
+static inline int32_t hx_hparams_n_swa_layers(const hx_hparams *hp)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < hp->n_layer; i++) n += hx_hparams_layer_window(hp, i) > 0;
+    return n < hp->n_layer ? n : 0;
+}
+
+/* Layer i's index in its KV pool: among the sliding layers or among the others when the cache
+ * splits (hx_hparams_n_swa_layers > 0), else i. */
+static inline int32_t hx_hparams_kv_layer(const hx_hparams *hp, int32_t i)
+{
+    if (hx_hparams_n_swa_layers(hp) == 0) return i;
+    const bool swa = hx_hparams_layer_window(hp, i) > 0;
+    int32_t k = 0;
+    for (int32_t j = 0; j < i; j++) k += (hx_hparams_layer_window(hp, j) > 0) == swa;
+    return k;
+}
+
 /* Marks layer i as global (full attention). */
 static inline void hx_hparams_set_full_attn(hx_hparams *hp, int32_t i)
 {

@@ -140,8 +140,32 @@ void hx_kv_table_truncate(hx_kv_pool *p, hx_kv_table *t, int32_t n_ctx)
 {
     const int32_t bt = p->store.block_tokens;
     const int32_t keep = (n_ctx + bt - 1) / bt;
-    while (t->n_blocks > keep) hx_kv_pool_release(p, t->blocks[--t->n_blocks]);
+    while (t->n_blocks > keep) {
+        const int32_t id = t->blocks[--t->n_blocks];
+        if (id >= 0) hx_kv_pool_release(p, id);
+    }
     if (t->n_ctx > n_ctx) t->n_ctx = n_ctx;
+}
+
+void hx_kv_table_drop_before(hx_kv_pool *p, hx_kv_table *t, int32_t n_pos)
+{
+    const int32_t n = n_pos / p->store.block_tokens < t->n_blocks ? n_pos / p->store.block_tokens
+                                                                 : t->n_blocks;
+    for (int32_t i = n - 1; i >= 0 && t->blocks[i] >= 0; i--) { /* older ones went before */
+        hx_kv_pool_release(p, t->blocks[i]);
+        t->blocks[i] = -1;
+    }
+}
+
+bool hx_kv_table_holds(const hx_kv_pool *p, const hx_kv_table *t, int32_t from, int32_t to)
+{
+    const int32_t bt = p->store.block_tokens;
+    if (from < 0) from = 0;
+    if (from >= to) return true;
+    if (to > t->n_blocks * bt) return false;
+    for (int32_t i = from / bt; i < (to + bt - 1) / bt; i++)
+        if (t->blocks[i] < 0) return false;
+    return true;
 }
 
 void hx_kv_table_free(hx_kv_pool *p, hx_kv_table *t)

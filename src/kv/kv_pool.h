@@ -56,10 +56,25 @@ typedef struct {
     int32_t  n_ctx; /* positions stored */
 } hx_kv_table;
 
+/* Blocks one sequence holds at most in a pool that keeps only the last `window` positions, when
+ * a step adds up to `rows` rows: those rows and the window - 1 positions before the first, at any
+ * alignment to blocks of block_tokens. */
+static inline int32_t hx_kv_window_blocks(int32_t window, int32_t rows, int32_t block_tokens)
+{
+    return (window - 1 + rows + block_tokens - 1) / block_tokens + 1;
+}
+
+/* Releases the blocks wholly before position n_pos, leaving -1 in their table entries (a pool
+ * that keeps only a window of positions); n_ctx and the table's length do not change. */
+void hx_kv_table_drop_before(hx_kv_pool *pool, hx_kv_table *t, int32_t n_pos);
+/* Whether the table still holds every block that positions [from, to) live in. */
+bool hx_kv_table_holds(const hx_kv_pool *pool, const hx_kv_table *t, int32_t from, int32_t to);
+
 /* Makes room for n_ctx positions, allocating blocks as needed. HX_E_CONTEXT when the pool is
  * out of blocks (the table is unchanged then). */
 hx_status hx_kv_table_reserve(hx_kv_pool *pool, hx_kv_table *t, int32_t n_ctx, hx_err *err);
-/* Drops positions from n_ctx on (releasing blocks wholly past it). */
+/* Drops positions from n_ctx on (releasing blocks wholly past it; dropped entries, -1, are
+ * skipped). */
 void      hx_kv_table_truncate(hx_kv_pool *pool, hx_kv_table *t, int32_t n_ctx);
 void      hx_kv_table_free(hx_kv_pool *pool, hx_kv_table *t);
 

@@ -39,6 +39,8 @@ struct pc_node {
     uint64_t  last_used;   /* tick of the last match or insert through this node */
     uint64_t  hash;        /* of tokens[0..n_tok); 0 for a root */
     int32_t   block;       /* pool block id, one reference held; -1 for a root */
+    int32_t   block_swa;   /* the sliding layers' block of the same positions, one reference
+                            * held; -1 when none (not in use, or dropped before insertion) */
     int32_t   n_tok;       /* ids held: block_tokens, or fewer for a tail; 0 for a root */
     int32_t   tokens[];    /* [block_tokens]; absent for a root */
 };
@@ -51,6 +53,8 @@ typedef struct {
 /* Owner: the engine thread, like the pool it borrows. */
 struct hx_prefix_cache {
     hx_kv_pool *pool;         /* borrowed */
+    hx_kv_pool *pool_swa;     /* borrowed; the sliding layers' pool, NULL when not in use */
+    int32_t     window;       /* positions the sliding layers attend over */
     int32_t     block_tokens;
     int32_t     max_blocks;
     int32_t     n_nodes;      /* nodes holding a block (roots excluded) */
@@ -183,6 +187,13 @@ static void drop_tree(hx_prefix_cache *c, pc_node *root)
     HX_ASSERT(!"adapter root missing from the tree list");
 }
 
+/* Releases the cache's references to node n's blocks. */
+static void release_node(hx_prefix_cache *c, const pc_node *n)
+{
+    hx_kv_pool_release(c->pool, n->block);
+    if (n->block_swa >= 0) hx_kv_pool_release(c->pool_swa, n->block_swa);
+}
+
 /* Drops leaf n: unlinks it from its parent and the LRU list, releases the cache's reference to its
  * block and frees it. A root left without children goes too, so adapters that stop being used
  * cost nothing. */
@@ -196,7 +207,7 @@ static void evict_leaf(hx_prefix_cache *c, pc_node *n)
         break;
     }
     lru_unlink(c, n);
-    hx_kv_pool_release(c->pool, n->block);
+    release_node(c, n);
     free_node(n);
     c->n_nodes--;
     if (!p->parent && p->n_kids == 0) drop_tree(c, p);
@@ -243,7 +254,7 @@ void hx_prefix_cache_free(hx_prefix_cache *c)
     if (!c) return;
     for (pc_node *n = c->lru_head, *next; n; n = next) {
         next = n->next;
-        hx_kv_pool_release(c->pool, n->block);
+        release_node(c, n);
         free_node(n);
     }
     for (int32_t i = 0; i < c->n_trees; i++) free_node(c->trees[i].root);
@@ -253,10 +264,44 @@ void hx_prefix_cache_free(hx_prefix_cache *c)
 
 /* ---- core ---- */
 
+void hx_prefix_cache_use_swa(hx_prefix_cache *c, hx_kv_pool *pool_swa, int32_t window)
+{
+    HX_ASSERT(c->n_nodes == 0 && window > 0);
+    c->pool_swa = pool_swa;
+    c->window = window;
+}
+
+/* The node of the full blocks of tokens[0..depth * bt), or NULL when the path is not cached. */
+static pc_node *walk(const hx_prefix_cache *c, const pc_tree *t, const int32_t *tokens,
+                     int32_t depth)
+{
+    pc_node *at = t->root;
+    for (int32_t i = 0; i < depth && at; i++) {
+        const int32_t *blk = tokens + (int64_t)i * c->block_tokens;
+        at = find_kid(c, at, blk, hash_tokens(blk, c->block_tokens));
+    }
+    return at;
+}
+
+/* The first block the sliding layers' window reaches from position p on. */
+static int32_t window_first(const hx_prefix_cache *c, int64_t p)
+{
+    return p - c->window + 1 > 0 ? (int32_t)((p - c->window + 1) / c->block_tokens) : 0;
+}
+
+/* Whether swa[0..d) holds every block the window before position d * bt reaches. */
+static bool window_held(const hx_prefix_cache *c, const int32_t *swa, int32_t d)
+{
+    for (int32_t i = window_first(c, (int64_t)d * c->block_tokens); i < d; i++)
+        if (swa[i] < 0) return false;
+    return true;
+}
+
 int32_t hx_prefix_cache_match(hx_prefix_cache *c, uint64_t adapter, const int32_t *tokens,
-                              int32_t n, int32_t *blocks, int32_t max_blocks)
+                              int32_t n, int32_t *blocks, int32_t *blocks_swa, int32_t max_blocks)
 {
     const int32_t bt = c->block_tokens;
+    HX_ASSERT(!c->pool_swa || blocks_swa);
     const pc_tree *t = find_tree(c, adapter);
     if (!t || n < bt || max_blocks < 1) return 0;
     pc_node *at = t->root;
@@ -265,11 +310,20 @@ int32_t hx_prefix_cache_match(hx_prefix_cache *c, uint64_t adapter, const int32_
         const int32_t *blk = tokens + (int64_t)i * bt;
         pc_node *k = find_kid(c, at, blk, hash_tokens(blk, bt));
         if (!k) break;
-        hx_kv_pool_retain(c->pool, k->block);
-        blocks[n_match++] = k->block;
+        blocks[n_match] = k->block;
+        if (c->pool_swa) blocks_swa[n_match] = k->block_swa;
+        n_match++;
         at = k;
     }
-    if (n_match > 0) touch_path(c, at);
+    /* With sliding layers the prefix ends where their window before it is still all cached. */
+    while (c->pool_swa && n_match > 0 && !window_held(c, blocks_swa, n_match)) n_match--;
+    const int32_t first = window_first(c, (int64_t)n_match * bt);
+    for (int32_t i = 0; i < n_match; i++) {
+        hx_kv_pool_retain(c->pool, blocks[i]);
+        if (c->pool_swa && i < first) blocks_swa[i] = -1; /* not needed: not handed out */
+        else if (c->pool_swa) hx_kv_pool_retain(c->pool_swa, blocks_swa[i]);
+    }
+    if (n_match > 0) touch_path(c, walk(c, t, tokens, n_match));
     return n_match;
 }
 
@@ -293,10 +347,19 @@ static pc_tree *tree_for(hx_prefix_cache *c, uint64_t adapter)
     return t;
 }
 
+/* Lets node k hold the sliding layers' block of its positions, when it has none and swa is one
+ * (the caller's; the same tokens give the same KV whoever computed them). */
+static void give_swa(hx_prefix_cache *c, pc_node *k, int32_t swa)
+{
+    if (!c->pool_swa || k->block_swa >= 0 || swa < 0) return;
+    hx_kv_pool_retain(c->pool_swa, swa);
+    k->block_swa = swa;
+}
+
 /* A new child of parent holding block (the cache's reference taken here) and tokens[0..n), or
  * NULL when out of memory. It joins the LRU list at the tail; the caller's touch_path orders it. */
 static pc_node *new_kid(hx_prefix_cache *c, pc_node *parent, const int32_t *tokens, int32_t n,
-                        int32_t block)
+                        int32_t block, int32_t block_swa)
 {
     pc_node *k = hx_calloc(1, sizeof(pc_node) + (size_t)c->block_tokens * sizeof(int32_t));
     if (!k) return NULL;
@@ -305,8 +368,10 @@ static pc_node *new_kid(hx_prefix_cache *c, pc_node *parent, const int32_t *toke
         return NULL;
     }
     k->block = block;
+    k->block_swa = -1;
     set_ids(k, tokens, n);
     hx_kv_pool_retain(c->pool, block); /* asserts the caller holds it */
+    give_swa(c, k, block_swa);
     lru_append(c, k);
     c->n_nodes++;
     return k;
@@ -325,7 +390,7 @@ static void insert_done(hx_prefix_cache *c, pc_node *at)
 }
 
 void hx_prefix_cache_insert(hx_prefix_cache *c, uint64_t adapter, const int32_t *tokens,
-                            int32_t n, const int32_t *blocks)
+                            int32_t n, const int32_t *blocks, const int32_t *blocks_swa)
 {
     const int32_t bt = c->block_tokens;
     /* Deeper blocks than max_blocks could never all stay: a node needs its whole path cached. */
@@ -339,56 +404,59 @@ void hx_prefix_cache_insert(hx_prefix_cache *c, uint64_t adapter, const int32_t 
         pc_node *k = find_kid(c, at, blk, hash_tokens(blk, bt));
         /* This very block cached as a tail while it was being filled: now it is whole. */
         if (!k && (k = find_kid_block(at, blocks[i]))) set_ids(k, blk, bt);
-        if (!k && !(k = new_kid(c, at, blk, bt, blocks[i]))) break;
+        const int32_t swa = c->pool_swa ? blocks_swa[i] : -1;
+        if (!k && !(k = new_kid(c, at, blk, bt, blocks[i], swa))) break;
+        give_swa(c, k, swa);
         at = k;
     }
     insert_done(c, at);
 }
 
 void hx_prefix_cache_insert_tail(hx_prefix_cache *c, uint64_t adapter, const int32_t *tokens,
-                                 int32_t n, const int32_t *blocks)
+                                 int32_t n, const int32_t *blocks, const int32_t *blocks_swa)
 {
     const int32_t bt = c->block_tokens, n_full = n / bt, n_tail = n % bt;
     if (n_tail == 0 || n_full >= c->max_blocks) return;
     pc_tree *t = n_full > 0 ? find_tree(c, adapter) : tree_for(c, adapter);
-    if (!t) return;
-    pc_node *at = t->root;
-    for (int32_t i = 0; i < n_full && at; i++) {
-        const int32_t *blk = tokens + (int64_t)i * bt;
-        at = find_kid(c, at, blk, hash_tokens(blk, bt));
-    }
+    pc_node *at = t ? walk(c, t, tokens, n_full) : NULL;
     if (!at) return; /* the path is not cached (evicted): a tail alone is useless */
     const int32_t *tail = tokens + (int64_t)n_full * bt;
+    const int32_t swa = c->pool_swa ? blocks_swa[n_full] : -1;
     pc_node *k = find_kid_block(at, blocks[n_full]);
     if (k && k->n_tok < n_tail) set_ids(k, tail, n_tail); /* the same tail, grown */
     for (int32_t i = 0; i < at->n_kids && !k; i++)
         if (common_ids(at->kids[i], tail, n_tail) == n_tail) k = at->kids[i]; /* covered */
-    if (!k) k = new_kid(c, at, tail, n_tail, blocks[n_full]);
+    if (!k) k = new_kid(c, at, tail, n_tail, blocks[n_full], swa);
+    /* Only to this sequence's own tail: swa holds just n_tail positions so far. */
+    if (k && k->block == blocks[n_full]) give_swa(c, k, swa);
     insert_done(c, k ? k : at);
 }
 
 int32_t hx_prefix_cache_match_tail(hx_prefix_cache *c, uint64_t adapter, const int32_t *tokens,
-                                   int32_t n, int32_t n_full, int32_t *n_tail)
+                                   int32_t n, int32_t n_full, int32_t *n_tail, int32_t *tail_swa)
 {
     const int32_t bt = c->block_tokens;
+    HX_ASSERT(!c->pool_swa || tail_swa);
     *n_tail = 0;
+    if (tail_swa) *tail_swa = -1;
     const pc_tree *t = find_tree(c, adapter);
     if (!t || n_full < 0 || n <= (int64_t)n_full * bt) return -1;
-    const pc_node *at = t->root;
-    for (int32_t i = 0; i < n_full && at; i++) {
-        const int32_t *blk = tokens + (int64_t)i * bt;
-        at = find_kid(c, at, blk, hash_tokens(blk, bt));
-    }
+    const pc_node *at = walk(c, t, tokens, n_full);
     if (!at) return -1;
     const int32_t *rest = tokens + (int64_t)n_full * bt;
     const int32_t n_rest = n - n_full * bt < bt - 1 ? n - n_full * bt : bt - 1;
     pc_node *best = NULL;
     for (int32_t i = 0; i < at->n_kids; i++) {
-        const int32_t m = common_ids(at->kids[i], rest, n_rest);
-        if (m > *n_tail) *n_tail = m, best = at->kids[i];
+        pc_node *k = at->kids[i];
+        const int32_t m = common_ids(k, rest, n_rest);
+        if (m > *n_tail && (!c->pool_swa || k->block_swa >= 0)) *n_tail = m, best = k;
     }
     if (!best) return -1;
     hx_kv_pool_retain(c->pool, best->block);
+    if (c->pool_swa) {
+        hx_kv_pool_retain(c->pool_swa, best->block_swa);
+        *tail_swa = best->block_swa;
+    }
     touch_path(c, best);
     return best->block;
 }
@@ -437,6 +505,10 @@ static hx_status check_node(const hx_prefix_cache *c, const pc_node *n, const in
                               k->n_tok, k->n_kids);
         if (k->hash != hash_tokens(k->tokens, k->n_tok))
             return hx_err_set(err, HX_E_INVALID, "block %d: stale token hash", k->block);
+        if (k->block_swa >= 0 && (!c->pool_swa || k->block_swa >= c->pool_swa->store.n_blocks ||
+                                  c->pool_swa->refcount[k->block_swa] < 1))
+            return hx_err_set(err, HX_E_INVALID, "block %d: sliding block %d is not held",
+                              k->block, k->block_swa);
         for (int32_t j = 0; j < i; j++)
             if (n->kids[j]->n_tok == k->n_tok &&
                 memcmp(n->kids[j]->tokens, k->tokens, (size_t)k->n_tok * sizeof(int32_t)) == 0)

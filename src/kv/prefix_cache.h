@@ -28,13 +28,22 @@ hx_status hx_prefix_cache_create(hx_kv_pool *pool, int32_t block_tokens, int32_t
 /* Releases every block it holds (blocks callers still hold stay allocated); NULL ok. */
 void      hx_prefix_cache_free(hx_prefix_cache *c);
 
+/* Sliding layers (Gemma 2/3) keep their KV in pool_swa (borrowed), and a sequence holds only the
+ * blocks its window reaches (sequence.h). Call before the first insert: from then on every node
+ * may also hold the sliding block of its positions (-1 where the inserter had dropped it), the
+ * blocks_swa arguments below are required (NULL without this call), a match ends where the
+ * window before its end is no longer all held, and it hands out sliding blocks only for that
+ * window (-1 before). */
+void      hx_prefix_cache_use_swa(hx_prefix_cache *c, hx_kv_pool *pool_swa, int32_t window);
+
 /* The longest cached prefix of tokens[0..n) in whole blocks, under adapter (0: none; a later LoRA
  * adapter id keys separate trees). Writes the block ids (each retained once for the caller, who
  * releases them when done) to blocks[0..max_blocks) and returns the number of blocks matched. Marks
  * the matched path most-recently used. Allocates nothing. To get logits for the last prompt token
  * the caller must still run it, so it usually passes n - 1 (see the note in prefix_cache.c). */
 int32_t   hx_prefix_cache_match(hx_prefix_cache *c, uint64_t adapter, const int32_t *tokens,
-                                int32_t n, int32_t *blocks, int32_t max_blocks);
+                                int32_t n, int32_t *blocks, int32_t *blocks_swa,
+                                int32_t max_blocks);
 
 /* Records that blocks[i] holds tokens[i*bt .. (i+1)*bt) for i < n / bt (full blocks only; a
  * trailing partial block is ignored). Blocks already cached for the same tokens are kept as they
@@ -46,7 +55,7 @@ int32_t   hx_prefix_cache_match(hx_prefix_cache *c, uint64_t adapter, const int3
  * (freeing them), then, if that is not enough, least-recently-used leaves that callers still hold
  * (only the cache's reference is dropped; the caller's block stays valid). */
 void      hx_prefix_cache_insert(hx_prefix_cache *c, uint64_t adapter, const int32_t *tokens,
-                                 int32_t n, const int32_t *blocks);
+                                 int32_t n, const int32_t *blocks, const int32_t *blocks_swa);
 
 /* Records the partial block after the full blocks of tokens[0..n): blocks[n / bt] holds the
  * n % bt ids after them (a "tail"; nothing when n % bt == 0 or the full blocks' path is not
@@ -54,15 +63,18 @@ void      hx_prefix_cache_insert(hx_prefix_cache *c, uint64_t adapter, const int
  * is only ever copied (match_tail); when the holder inserts the block whole it becomes a full
  * node. A tail already covered by a cached block with the same first ids adds nothing. */
 void      hx_prefix_cache_insert_tail(hx_prefix_cache *c, uint64_t adapter,
-                                      const int32_t *tokens, int32_t n, const int32_t *blocks);
+                                      const int32_t *tokens, int32_t n, const int32_t *blocks,
+                                      const int32_t *blocks_swa);
 
 /* After match found n_full blocks of tokens[0..n): the cached block (full or tail) after them
  * whose first ids agree longest with tokens[n_full * bt .. n), at most bt - 1 of them. Returns
  * its id, retained once for the caller, with *n_tail the ids that agree; -1 with *n_tail 0 when
  * none agrees. The caller copies it (hx_kv_pool_copy) into a block of its own, then releases it:
- * it must never write into it. */
+ * it must never write into it. With sliding layers only a block whose sliding block is cached
+ * qualifies, and *tail_swa is that one, retained too (else -1; tail_swa may be NULL without). */
 int32_t   hx_prefix_cache_match_tail(hx_prefix_cache *c, uint64_t adapter, const int32_t *tokens,
-                                     int32_t n, int32_t n_full, int32_t *n_tail);
+                                     int32_t n, int32_t n_full, int32_t *n_tail,
+                                     int32_t *tail_swa);
 
 /* Frees up to want blocks back to the pool by evicting least-recently-used leaves that nobody but
  * the cache holds (pool refcount 1); returns how many were freed. Evicting a leaf may make its

@@ -245,6 +245,8 @@ static hx_status bind_layer(hx_llm *m, int i, hx_err *err)
         return st;
     }
     L->window = hx_hparams_layer_window(hp, i);
+    L->kv_swa = L->window > 0 && hx_hparams_n_swa_layers(hp) > 0;
+    L->kv_layer = hx_hparams_kv_layer(hp, i);
     return HX_OK;
 }
 
@@ -361,8 +363,8 @@ void hx_llm_close(hx_llm *m)
     hx_free(m);
 }
 
-hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, const hx_batch *b, float *logits,
-                         hx_err *err)
+hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, hx_kv_store *kv_swa, const hx_batch *b,
+                         float *logits, hx_err *err)
 {
     const hx_hparams *hp = &m->hp;
     hx_backend *be = m->be;
@@ -402,12 +404,16 @@ hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, const hx_batch *b, float *l
         be->rope(be, m->q, b->pos, T, hp->n_head, hp->d_head, rope);
         be->rope(be, m->k, b->pos, T, hp->n_kv_head, hp->d_head, rope);
         /* Per sequence: store its rows' K/V, then attend over its cache. */
+        const bool swa = kv_swa && L->kv_swa;
+        hx_kv_store *store = swa ? kv_swa : kv;
+        const int32_t kl = kv_swa ? L->kv_layer : l;
         for (int64_t t0 = 0; t0 < T;) {
             int64_t t1 = t0 + 1;
             while (t1 < T && b->seq[t1] == b->seq[t0]) t1++;
-            const hx_kv_seq *s = &b->seqs[b->seq[t0]];
-            be->kv_write(be, kv, l, s, b->pos + t0, m->k + t0 * kvd, m->v + t0 * kvd, t1 - t0);
-            be->attention(be, kv, l, s, m->q + t0 * qd, b->pos + t0, t1 - t0, &shape,
+            const hx_kv_seq *s = swa ? &b->seqs_swa[b->seq[t0]] : &b->seqs[b->seq[t0]];
+            be->kv_write(be, store, kl, s, b->pos + t0, m->k + t0 * kvd, m->v + t0 * kvd,
+                         t1 - t0);
+            be->attention(be, store, kl, s, m->q + t0 * qd, b->pos + t0, t1 - t0, &shape,
                           m->h + t0 * qd);
             t0 = t1;
         }

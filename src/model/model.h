@@ -23,6 +23,9 @@ typedef struct {
     const hx_tensor *post_attn_norm, *post_ffn_norm;
     bool             qk_norm_full; /* q_norm/k_norm span the whole projection (OLMoE) */
     int32_t          window;   /* sliding window of this layer; 0: full causal attention */
+    bool             kv_swa;   /* its KV lives in the sliding layers' pool when the caller gives
+                                * one (hx_hparams_n_swa_layers), at index kv_layer */
+    int32_t          kv_layer;
     /* Mixture of experts: the router ([n_expert, d_model]; NULL in a dense layer) and the
      * experts, whose weight arrays point into hx_llm.expert_w (family.c). */
     const hx_tensor *router;
@@ -40,6 +43,7 @@ typedef struct {
     const int32_t   *pos;        /* [n_tok] position of each row in its sequence */
     const int32_t   *seq;        /* [n_tok] index into seqs; rows of a sequence are contiguous */
     const hx_kv_seq *seqs;       /* block tables, n_ctx counting this batch's rows */
+    const hx_kv_seq *seqs_swa;   /* the same in the sliding layers' pool; NULL without one */
     int32_t          n_seqs;
     const int32_t   *logit_rows; /* rows whose logits are wanted, ascending */
     int64_t          n_logits;
@@ -89,10 +93,13 @@ hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok,
                       hx_err *err);
 void      hx_llm_close(hx_llm *m);
 
-/* Runs one step: stores the batch's K/V in kv and writes the logits of batch->logit_rows into
- * logits ([n_logits, n_vocab], host memory). */
-hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, const hx_batch *batch, float *logits,
-                         hx_err *err);
+/* Runs one step: stores the batch's K/V in the cache and writes the logits of
+ * batch->logit_rows into logits ([n_logits, n_vocab], host memory). kv_swa NULL: kv holds every
+ * layer (n_layer of them). Else (a model with hx_hparams_n_swa_layers > 0) the sliding layers'
+ * K/V go to kv_swa through batch->seqs_swa, whose tables need only hold each row's window, and
+ * the other layers' to kv. */
+hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, hx_kv_store *kv_swa, const hx_batch *batch,
+                         float *logits, hx_err *err);
 
 /* Fills inv_freq[n_rot/2] and the magnitude factor for the model's RoPE scaling (exposed for
  * tests). freq_factors (llama3 GGUFs' rope_freqs.weight; for longrope, the long or the short

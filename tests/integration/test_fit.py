@@ -8,7 +8,8 @@ from conftest import run
 
 KEYS = {
     "model", "n_ctx", "n_batch", "n_threads", "kv_type", "repacked", "n_ctx_train",
-    "weights_bytes", "weights_packed_bytes", "kv_bytes", "kv_bytes_per_token", "scratch_bytes",
+    "weights_bytes", "weights_packed_bytes", "kv_bytes", "kv_bytes_per_token", "kv_window_layers",
+    "kv_window", "scratch_bytes",
     "scratch_reserved_bytes", "embed_bytes", "load_bytes", "overhead_bytes", "total_bytes",
     "budget_bytes", "fits", "max_ctx", "read_bytes_per_token", "bandwidth_bytes_per_s",
     "bandwidth_threads", "decode_tok_s", "decode_tok_s_batch",

@@ -6,7 +6,9 @@
  * float32 [n_tok, n_vocab]. With --greedy N it then decodes N tokens greedily, one step at a time
  * through the KV cache, and prints them as a JSON array on stdout. --int8 uses the int8-activation
  * matmuls (HX_CPU_INT8_ACT). --kv stores the KV cache as f16 (default) or quantized q8/q4
- * (hx_kv_pool_create_typed), which prefill attention reads as well as decode. */
+ * (hx_kv_pool_create_typed), which prefill attention reads as well as decode. A model with
+ * sliding and global layers (Gemma 2/3) keeps its sliding layers' KV in a pool of its own that
+ * holds only each step's window, as the engine does. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,25 +26,37 @@ static int die(const char *msg)
     return 1;
 }
 
+/* The cache: every layer in pool, or the sliding ones in swa (window positions) when split. */
+typedef struct {
+    hx_kv_pool *pool, *swa;
+    hx_kv_table tab, tab_swa;
+    int32_t     window;
+} cache;
+
 /* Runs rows [t0, t1) of ids at positions t0.. with logits for all of them when `all`, else for
  * the last row only. */
-static hx_status step(hx_llm *m, hx_kv_pool *pool, hx_kv_table *tab, const int32_t *ids,
-                      int32_t t0, int32_t t1, bool all, float *logits, hx_err *err)
+static hx_status step(hx_llm *m, cache *c, const int32_t *ids, int32_t t0, int32_t t1, bool all,
+                      float *logits, hx_err *err)
 {
     const int32_t n = t1 - t0;
     int32_t pos[4096], seq[4096], rows[4096];
-    hx_status st = hx_kv_table_reserve(pool, tab, t1, err);
+    hx_status st = hx_kv_table_reserve(c->pool, &c->tab, t1, err);
     if (st != HX_OK) return st;
+    if (c->swa) {
+        hx_kv_table_drop_before(c->swa, &c->tab_swa, t0 - c->window + 1);
+        if ((st = hx_kv_table_reserve(c->swa, &c->tab_swa, t1, err)) != HX_OK) return st;
+        c->tab_swa.n_ctx = t1;
+    }
     for (int32_t i = 0; i < n; i++) {
         pos[i] = t0 + i;
         seq[i] = 0;
         rows[i] = all ? i : n - 1;
     }
-    tab->n_ctx = t1;
-    hx_kv_seq s = {tab->blocks, tab->n_ctx};
+    c->tab.n_ctx = t1;
+    const hx_kv_seq s = {c->tab.blocks, t1}, s_swa = {c->tab_swa.blocks, t1};
     hx_batch b = {.n_tok = n, .tokens = ids + t0, .pos = pos, .seq = seq, .seqs = &s,
-                  .n_seqs = 1, .logit_rows = rows, .n_logits = all ? n : 1};
-    return hx_llm_forward(m, &pool->store, &b, logits, err);
+                  .seqs_swa = &s_swa, .n_seqs = 1, .logit_rows = rows, .n_logits = all ? n : 1};
+    return hx_llm_forward(m, &c->pool->store, c->swa ? &c->swa->store : NULL, &b, logits, err);
 }
 
 int main(int argc, char **argv)
@@ -77,14 +91,19 @@ int main(int argc, char **argv)
     hx_model_files *mf = NULL;
     hx_backend *be = NULL;
     hx_llm *m = NULL;
-    hx_kv_pool *pool = NULL;
-    hx_kv_table tab = {0};
+    cache c = {0};
     if (hx_discover_resolve(argv[1], &path, &err) || hx_model_files_open(path, &mf, &err) ||
         hx_cpu_backend_create(threads, int8 ? HX_CPU_INT8_ACT : 0, &be, &err) || hx_llm_open(mf, be, chunk, &m, &err))
         return die(err.msg);
     const int32_t total = n + greedy;
-    if (hx_kv_pool_create_typed(be, mf->hp.n_layer, mf->hp.n_kv_head, mf->hp.d_head, 16,
-                                (total + 15) / 16 + 1, kv_dtype, &pool, &err))
+    const hx_hparams *hp = &mf->hp;
+    const int32_t n_swa = hx_hparams_n_swa_layers(hp);
+    c.window = hp->sliding_window;
+    if (hx_kv_pool_create_typed(be, hp->n_layer - n_swa, hp->n_kv_head, hp->d_head, 16,
+                                (total + 15) / 16 + 1, kv_dtype, &c.pool, &err) ||
+        (n_swa > 0 && hx_kv_pool_create_typed(be, n_swa, hp->n_kv_head, hp->d_head, 16,
+                                              hx_kv_window_blocks(c.window, chunk, 16),
+                                              kv_dtype, &c.swa, &err)))
         return die(err.msg);
     const size_t V = (size_t)mf->hp.n_vocab;
     float *logits = malloc((size_t)chunk * V * sizeof(float));
@@ -92,7 +111,7 @@ int main(int argc, char **argv)
     if (!out || !logits) return die("cannot open the output file");
     for (int32_t t0 = 0; t0 < n; t0 += chunk) {
         const int32_t t1 = t0 + chunk < n ? t0 + chunk : n;
-        if (step(m, pool, &tab, ids, t0, t1, true, logits, &err)) return die(err.msg);
+        if (step(m, &c, ids, t0, t1, true, logits, &err)) return die(err.msg);
         fwrite(logits, sizeof(float), (size_t)(t1 - t0) * V, out);
     }
     fclose(out);
@@ -106,14 +125,16 @@ int main(int argc, char **argv)
             ids[n + g] = best;
             printf("%s%d", g ? ", " : "", best);
             if (g + 1 < greedy) {
-                if (step(m, pool, &tab, ids, n + g, n + g + 1, false, logits, &err)) return die(err.msg);
+                if (step(m, &c, ids, n + g, n + g + 1, false, logits, &err)) return die(err.msg);
                 last = logits;
             }
         }
         printf("]\n");
     }
-    hx_kv_table_free(pool, &tab);
-    hx_kv_pool_free(pool);
+    hx_kv_table_free(c.pool, &c.tab);
+    hx_kv_pool_free(c.pool);
+    if (c.swa) hx_kv_table_free(c.swa, &c.tab_swa);
+    hx_kv_pool_free(c.swa);
     hx_llm_close(m);
     be->destroy(be);
     hx_model_files_close(mf);

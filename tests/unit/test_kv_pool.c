@@ -155,7 +155,57 @@ static int test_random_share_and_release_keeps_refcounts_exact(void)
     return 0;
 }
 
+/* A pool that keeps a window: blocks wholly before a position go back and leave -1 in the
+ * table, holds() tells whether a range of positions is still there, truncation and free skip the
+ * dropped entries, and the window_blocks bound is what a sequence walking a long context holds. */
+static int test_dropped_blocks_go_back_and_the_window_stays(void)
+{
+    hx_backend *be = backend();
+    hx_kv_pool *p = NULL;
+    hx_err err = {0};
+    CHECK_EQ(hx_kv_pool_create(be, 1, 1, 4, 4, 8, &p, &err), HX_OK);
+    hx_kv_table t = {0};
+    CHECK_EQ(hx_kv_table_reserve(p, &t, 14, &err), HX_OK); /* 4 blocks of 4 positions */
+    hx_kv_table_drop_before(p, &t, 9);                     /* blocks 0, 1 end before 9 */
+    CHECK_EQ(t.blocks[0], -1);
+    CHECK_EQ(t.blocks[1], -1);
+    CHECK(t.blocks[2] >= 0 && t.blocks[3] >= 0);
+    CHECK_EQ(t.n_blocks, 4);
+    CHECK_EQ(p->n_free, 6);
+    CHECK(hx_kv_table_holds(p, &t, 8, 14));
+    CHECK(!hx_kv_table_holds(p, &t, 7, 14));
+    CHECK(hx_kv_table_holds(p, &t, 3, 3));   /* an empty range */
+    CHECK(!hx_kv_table_holds(p, &t, 8, 17)); /* past the table */
+    hx_kv_table_drop_before(p, &t, 9);       /* again: nothing more goes */
+    CHECK_EQ(p->n_free, 6);
+    hx_kv_table_truncate(p, &t, 5);          /* keeps blocks 0, 1: both dropped already */
+    CHECK_EQ(t.n_blocks, 2);
+    CHECK_EQ(p->n_free, 8);
+    hx_kv_table_free(p, &t);
+    CHECK_EQ(p->n_free, 8);
+
+    /* Walking 200 positions in steps of up to 5 rows with a window of 7, the table never holds
+     * more than hx_kv_window_blocks(7, 5, 4) blocks, and always the window of the next row. */
+    const int32_t most = hx_kv_window_blocks(7, 5, 4);
+    int32_t n = 0, peak = 0;
+    while (n < 200) {
+        const int32_t rows = 1 + n % 5;
+        hx_kv_table_drop_before(p, &t, n - 7 + 1);
+        CHECK_EQ(hx_kv_table_reserve(p, &t, n + rows, &err), HX_OK);
+        CHECK(hx_kv_table_holds(p, &t, n - 7 + 1, n + rows));
+        if (8 - p->n_free > peak) peak = 8 - p->n_free;
+        n += rows;
+    }
+    CHECK(peak <= most && most <= 8);
+    hx_kv_table_free(p, &t);
+    CHECK_EQ(p->n_free, 8);
+    hx_kv_pool_free(p);
+    be->destroy(be);
+    return 0;
+}
+
 static const check_case cases[] = {
+    { "dropped_blocks_go_back_and_the_window_stays", test_dropped_blocks_go_back_and_the_window_stays },
     { "blocks_are_handed_out_once_and_come_back", test_blocks_are_handed_out_once_and_come_back },
     { "random_tables_never_leak", test_random_tables_never_leak },
     { "full_pool_is_a_context_error", test_full_pool_is_a_context_error },

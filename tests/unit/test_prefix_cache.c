@@ -68,8 +68,8 @@ static int test_empty_cache_matches_nothing(void)
     if (setup(&f, 4, 8, 8)) return 1;
     const int32_t tokens[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     int32_t got[3] = {-7, -7, -7};
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 12, got, 3), 0);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 0, got, 3), 0);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 12, got, NULL, 3), 0);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 0, got, NULL, 3), 0);
     CHECK_EQ(got[0], -7);                       /* nothing written */
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 0);
     CHECK_EQ(hx_prefix_cache_evict(f.c, 5), 0);
@@ -86,7 +86,7 @@ static int test_inserted_blocks_are_found_again_and_retained(void)
     for (int i = 0; i < 16; i++) tokens[i] = 100 + i;
     int32_t ids[3], got[4];
     if (alloc_blocks(f.pool, ids, 3)) return 1;
-    hx_prefix_cache_insert(f.c, 0, tokens, 12, ids);
+    hx_prefix_cache_insert(f.c, 0, tokens, 12, ids, NULL);
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 3);
     for (int i = 0; i < 3; i++) CHECK_EQ(RC(&f, ids[i]), 2);  /* the caller's and the cache's */
 
@@ -94,7 +94,7 @@ static int test_inserted_blocks_are_found_again_and_retained(void)
     for (int i = 0; i < 3; i++) CHECK_EQ(RC(&f, ids[i]), 1);
     CHECK_EQ(f.pool->n_free, 5);
 
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 12, got, 4), 3);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 12, got, NULL, 4), 3);
     for (int i = 0; i < 3; i++) {
         CHECK_EQ(got[i], ids[i]);
         CHECK_EQ(RC(&f, ids[i]), 2);            /* retained once for this caller */
@@ -102,9 +102,9 @@ static int test_inserted_blocks_are_found_again_and_retained(void)
     release_blocks(f.pool, got, 3);
 
     /* A longer prompt with the same start matches the cached part; a small output array caps it. */
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 16, got, 4), 3);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 16, got, NULL, 4), 3);
     release_blocks(f.pool, got, 3);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 16, got, 2), 2);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 16, got, NULL, 2), 2);
     CHECK_EQ(got[0], ids[0]);
     CHECK_EQ(got[1], ids[1]);
     CHECK_EQ(RC(&f, ids[2]), 1);                /* not handed out, not retained */
@@ -119,7 +119,7 @@ static int test_match_stops_at_the_first_differing_block(void)
     int32_t tokens[16], q[16], ids[4], got[4];
     for (int i = 0; i < 16; i++) tokens[i] = 7 * i + 3;
     if (alloc_blocks(f.pool, ids, 4)) return 1;
-    hx_prefix_cache_insert(f.c, 0, tokens, 16, ids);
+    hx_prefix_cache_insert(f.c, 0, tokens, 16, ids, NULL);
     release_blocks(f.pool, ids, 4);
 
     static const struct { int at, want; } diffs[] = {
@@ -128,7 +128,7 @@ static int test_match_stops_at_the_first_differing_block(void)
     for (size_t d = 0; d < HX_COUNTOF(diffs); d++) {
         memcpy(q, tokens, sizeof q);
         q[diffs[d].at] += 1;                    /* one id differs; the rest of the block equals */
-        const int32_t n = hx_prefix_cache_match(f.c, 0, q, 16, got, 4);
+        const int32_t n = hx_prefix_cache_match(f.c, 0, q, 16, got, NULL, 4);
         CHECK_EQ(n, diffs[d].want);
         for (int32_t i = 0; i < n; i++) CHECK_EQ(got[i], ids[i]);
         release_blocks(f.pool, got, n);
@@ -137,7 +137,7 @@ static int test_match_stops_at_the_first_differing_block(void)
     memcpy(q, tokens, sizeof q);
     q[4] = tokens[5];
     q[5] = tokens[4];
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, q, 16, got, 4), 1);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, q, 16, got, NULL, 4), 1);
     release_blocks(f.pool, got, 1);
     return teardown(&f);
 }
@@ -188,15 +188,15 @@ static int test_hash_collision_is_told_apart_by_comparing_ids(void)
     if (setup(&f, 3, 4, 4)) return 1;
     int32_t ix, iy, got;
     if (alloc_blocks(f.pool, &ix, 1) || alloc_blocks(f.pool, &iy, 1)) return 1;
-    hx_prefix_cache_insert(f.c, 0, x, 3, &ix);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, y, 3, &got, 1), 0);
-    hx_prefix_cache_insert(f.c, 0, y, 3, &iy);
+    hx_prefix_cache_insert(f.c, 0, x, 3, &ix, NULL);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, y, 3, &got, NULL, 1), 0);
+    hx_prefix_cache_insert(f.c, 0, y, 3, &iy, NULL);
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 2);
     CHECK_EQ(RC(&f, iy), 2);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, x, 3, &got, 1), 1);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, x, 3, &got, NULL, 1), 1);
     CHECK_EQ(got, ix);
     hx_kv_pool_release(f.pool, got);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, y, 3, &got, 1), 1);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, y, 3, &got, NULL, 1), 1);
     CHECK_EQ(got, iy);
     hx_kv_pool_release(f.pool, got);
     hx_kv_pool_release(f.pool, ix);
@@ -211,18 +211,18 @@ static int test_partial_last_block_is_not_cached(void)
     int32_t tokens[10], ids[3], got[3];
     for (int i = 0; i < 10; i++) tokens[i] = i + 1;
     if (alloc_blocks(f.pool, ids, 3)) return 1;   /* 2 full blocks and 2 tokens of a third */
-    hx_prefix_cache_insert(f.c, 0, tokens, 10, ids);
+    hx_prefix_cache_insert(f.c, 0, tokens, 10, ids, NULL);
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 2);
     CHECK_EQ(RC(&f, ids[2]), 1);                  /* only the caller holds the partial block */
     release_blocks(f.pool, ids, 3);
     CHECK_EQ(f.pool->n_free, 6);
 
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 10, got, 3), 2);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 10, got, NULL, 3), 2);
     release_blocks(f.pool, got, 2);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 7, got, 3), 1);   /* 7 tokens: 1 full block */
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 7, got, NULL, 3), 1);   /* 7 tokens: 1 full block */
     release_blocks(f.pool, got, 1);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 3, got, 3), 0);
-    hx_prefix_cache_insert(f.c, 0, tokens, 3, ids);   /* no full block: nothing to record */
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 3, got, NULL, 3), 0);
+    hx_prefix_cache_insert(f.c, 0, tokens, 3, ids, NULL);   /* no full block: nothing to record */
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 2);
     return teardown(&f);
 }
@@ -234,10 +234,10 @@ static int test_partial_block_is_cached_as_a_tail_to_copy(void)
     const int32_t a[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}; /* 2 full blocks and a tail of 2 */
     int32_t ids[3], got[3], n_tail = -1;
     if (alloc_blocks(f.pool, ids, 3)) return 1;
-    hx_prefix_cache_insert_tail(f.c, 0, a, 10, ids); /* its path is not cached yet: nothing */
+    hx_prefix_cache_insert_tail(f.c, 0, a, 10, ids, NULL); /* its path is not cached yet: nothing */
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 0);
-    hx_prefix_cache_insert(f.c, 0, a, 10, ids);
-    hx_prefix_cache_insert_tail(f.c, 0, a, 10, ids);
+    hx_prefix_cache_insert(f.c, 0, a, 10, ids, NULL);
+    hx_prefix_cache_insert_tail(f.c, 0, a, 10, ids, NULL);
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 3);
     CHECK_EQ(RC(&f, ids[2]), 2);
     hx_err err = {0};
@@ -245,36 +245,36 @@ static int test_partial_block_is_cached_as_a_tail_to_copy(void)
 
     /* A prompt that agrees with a's tail for one id: the tail is handed out, retained, to copy. */
     const int32_t b[11] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 77, 78};
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, b, 10, got, 3), 2);
-    CHECK_EQ(hx_prefix_cache_match_tail(f.c, 0, b, 10, 2, &n_tail), ids[2]);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, b, 10, got, NULL, 3), 2);
+    CHECK_EQ(hx_prefix_cache_match_tail(f.c, 0, b, 10, 2, &n_tail, NULL), ids[2]);
     CHECK_EQ(n_tail, 1);
     CHECK_EQ(RC(&f, ids[2]), 3);
     hx_kv_pool_release(f.pool, ids[2]);
     release_blocks(f.pool, got, 2);
     /* n bounds it: with the prompt cut after the full blocks there is nothing left to agree. */
-    CHECK_EQ(hx_prefix_cache_match_tail(f.c, 0, a, 8, 2, &n_tail), -1);
+    CHECK_EQ(hx_prefix_cache_match_tail(f.c, 0, a, 8, 2, &n_tail, NULL), -1);
     CHECK_EQ(n_tail, 0);
     /* ... and a prompt that agrees with a full block's first ids copies those. */
     const int32_t c[7] = {1, 2, 3, 4, 5, 6, 99};
-    CHECK_EQ(hx_prefix_cache_match_tail(f.c, 0, c, 7, 1, &n_tail), ids[1]);
+    CHECK_EQ(hx_prefix_cache_match_tail(f.c, 0, c, 7, 1, &n_tail, NULL), ids[1]);
     CHECK_EQ(n_tail, 2);
     hx_kv_pool_release(f.pool, ids[1]);
-    CHECK_EQ(hx_prefix_cache_match_tail(f.c, 0, c, 7, 3, &n_tail), -1); /* no such path */
+    CHECK_EQ(hx_prefix_cache_match_tail(f.c, 0, c, 7, 3, &n_tail, NULL), -1); /* no such path */
 
     /* The holder appends: the same tail grows, then becomes a full block when inserted whole. */
     const int32_t a2[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
-    hx_prefix_cache_insert_tail(f.c, 0, a2, 11, ids);
+    hx_prefix_cache_insert_tail(f.c, 0, a2, 11, ids, NULL);
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 3);
-    CHECK_EQ(hx_prefix_cache_match_tail(f.c, 0, a2, 12, 2, &n_tail), ids[2]);
+    CHECK_EQ(hx_prefix_cache_match_tail(f.c, 0, a2, 12, 2, &n_tail, NULL), ids[2]);
     CHECK_EQ(n_tail, 3);
     hx_kv_pool_release(f.pool, ids[2]);
-    hx_prefix_cache_insert(f.c, 0, a2, 12, ids);
+    hx_prefix_cache_insert(f.c, 0, a2, 12, ids, NULL);
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 3);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, a2, 12, got, 3), 3);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, a2, 12, got, NULL, 3), 3);
     CHECK_EQ(got[2], ids[2]);
     release_blocks(f.pool, got, 3);
     /* A shorter tail that a cached block already covers adds nothing. */
-    hx_prefix_cache_insert_tail(f.c, 0, a2, 9, ids);
+    hx_prefix_cache_insert_tail(f.c, 0, a2, 9, ids, NULL);
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 3);
     CHECK_EQ(hx_prefix_cache_check(f.c, &err), HX_OK);
     release_blocks(f.pool, ids, 3);
@@ -307,6 +307,81 @@ static int test_copied_block_holds_the_sources_kv(void)
     return teardown(&f);
 }
 
+/* Sliding layers (a second pool): nodes keep the sliding block of their positions where the
+ * inserter still had it, a match ends where the window before its end is all held and hands
+ * out sliding blocks for that window only, another inserter fills the gaps, a tail qualifies
+ * only with its sliding block, and eviction gives the sliding blocks back too. */
+static int test_sliding_blocks_bound_the_match_to_a_held_window(void)
+{
+    fixture f;
+    if (setup(&f, 4, 16, 16)) return 1;
+    hx_kv_pool *sp = NULL;
+    hx_err err = {0};
+    CHECK_EQ(hx_kv_pool_create(f.be, 1, 1, 4, 4, 16, &sp, &err), HX_OK);
+    hx_prefix_cache_use_swa(f.c, sp, 6); /* a window of 6: a match ending at p needs p-5.. */
+    int32_t a[24], fa[5], sa[5], got[6], gs[6], n_tail = 0, tail_swa = -7;
+    for (int i = 0; i < 24; i++) a[i] = 100 + i;
+    if (alloc_blocks(f.pool, fa, 5) || alloc_blocks(sp, sa + 2, 3)) return 1;
+    sa[0] = sa[1] = -1; /* the sequence had dropped them: positions 0-7 are out of its window */
+    hx_prefix_cache_insert(f.c, 0, a, 20, fa, sa);
+    CHECK_EQ(hx_prefix_cache_check(f.c, &err), HX_OK);
+    for (int i = 2; i < 5; i++) CHECK_EQ(sp->refcount[sa[i]], 2);
+
+    /* Ending at 20 needs positions 15-19: blocks 3, 4; block 2's sliding block is not handed. */
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, a, 20, got, gs, 6), 5);
+    CHECK(gs[0] == -1 && gs[1] == -1 && gs[2] == -1 && gs[3] == sa[3] && gs[4] == sa[4]);
+    CHECK_EQ(sp->refcount[sa[2]], 2);
+    CHECK_EQ(sp->refcount[sa[4]], 3);
+    release_blocks(f.pool, got, 5);
+    hx_kv_pool_release(sp, gs[3]);
+    hx_kv_pool_release(sp, gs[4]);
+    /* Ending at 16 needs 11-15: blocks 2, 3. Ending at 8 would need blocks 0, 1: not held, so a
+     * prompt diverging at 10 reuses nothing, and takes no reference. */
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, a, 18, got, gs, 6), 4);
+    CHECK(gs[1] == -1 && gs[2] == sa[2] && gs[3] == sa[3]);
+    release_blocks(f.pool, got, 4);
+    hx_kv_pool_release(sp, gs[2]);
+    hx_kv_pool_release(sp, gs[3]);
+    int32_t b[12];
+    memcpy(b, a, 10 * sizeof *b);
+    b[10] = b[11] = 7;
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, b, 12, got, gs, 6), 0);
+    for (int i = 0; i < 5; i++) CHECK_EQ(RC(&f, fa[i]), 2);
+    /* A tail: the block after 2 full ones agrees for 2 ids, but its sliding block... */
+    CHECK_EQ(hx_prefix_cache_match_tail(f.c, 0, b, 12, 2, &n_tail, &tail_swa), fa[2]);
+    CHECK_EQ(n_tail, 2);
+    CHECK_EQ(tail_swa, sa[2]);
+    hx_kv_pool_release(f.pool, fa[2]);
+    hx_kv_pool_release(sp, sa[2]);
+    /* ... and one without its sliding block does not qualify. */
+    CHECK_EQ(hx_prefix_cache_match_tail(f.c, 0, b, 12, 1, &n_tail, &tail_swa), -1);
+    CHECK_EQ(tail_swa, -1);
+
+    /* Another sequence over the same tokens still holds blocks 0, 1 of the sliding layers: the
+     * nodes take them, and the prompt diverging at 10 now reuses 2 blocks. */
+    int32_t fb[3], sb[3];
+    if (alloc_blocks(f.pool, fb, 3) || alloc_blocks(sp, sb, 3)) return 1;
+    hx_prefix_cache_insert(f.c, 0, a, 12, fb, sb);
+    CHECK_EQ(sp->refcount[sb[0]], 2);
+    CHECK_EQ(sp->refcount[sb[2]], 1); /* node 2 had one already */
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, b, 12, got, gs, 6), 2);
+    CHECK(got[0] == fa[0] && gs[0] == sb[0] && gs[1] == sb[1]);
+    release_blocks(f.pool, got, 2);
+    release_blocks(sp, gs, 2);
+    CHECK_EQ(hx_prefix_cache_check(f.c, &err), HX_OK);
+
+    /* The sequences end; evicting everything gives every block of both pools back. */
+    release_blocks(f.pool, fa, 5);
+    release_blocks(sp, sa + 2, 3);
+    release_blocks(f.pool, fb, 3);
+    release_blocks(sp, sb, 3);
+    CHECK_EQ(hx_prefix_cache_evict(f.c, 100), 5);
+    CHECK_EQ(sp->n_free, 16);
+    CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 0);
+    hx_kv_pool_free(sp); /* before the fixture's backend goes */
+    return teardown(&f);
+}
+
 static int test_diverging_prompts_branch_and_share_their_common_blocks(void)
 {
     fixture f;
@@ -317,44 +392,44 @@ static int test_diverging_prompts_branch_and_share_their_common_blocks(void)
     int32_t ida[4], idb[4], idc[2], dup[5], got[5];
 
     if (alloc_blocks(f.pool, ida, 4)) return 1;
-    hx_prefix_cache_insert(f.c, 0, a, 8, ida);
+    hx_prefix_cache_insert(f.c, 0, a, 8, ida, NULL);
     release_blocks(f.pool, ida, 4);
 
     /* b as the scheduler runs it: match the shared start, compute the rest into new blocks. */
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, b, 8, idb, 4), 2);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, b, 8, idb, NULL, 4), 2);
     CHECK_EQ(idb[0], ida[0]);
     CHECK_EQ(idb[1], ida[1]);
     if (alloc_blocks(f.pool, idb + 2, 2)) return 1;
-    hx_prefix_cache_insert(f.c, 0, b, 8, idb);
+    hx_prefix_cache_insert(f.c, 0, b, 8, idb, NULL);
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 6);             /* 4 of a + the 2 where b branches */
     release_blocks(f.pool, idb, 4);
     for (int i = 0; i < 4; i++) CHECK_EQ(RC(&f, ida[i]), 1);
 
     if (alloc_blocks(f.pool, idc, 2)) return 1;
-    hx_prefix_cache_insert(f.c, 0, c, 4, idc);
+    hx_prefix_cache_insert(f.c, 0, c, 4, idc, NULL);
     release_blocks(f.pool, idc, 2);
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 8);
 
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, a, 8, got, 5), 4);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, a, 8, got, NULL, 5), 4);
     for (int i = 0; i < 4; i++) CHECK_EQ(got[i], ida[i]);
     release_blocks(f.pool, got, 4);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, b, 8, got, 5), 4);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, b, 8, got, NULL, 5), 4);
     for (int i = 0; i < 4; i++) CHECK_EQ(got[i], idb[i]);
     release_blocks(f.pool, got, 4);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, c, 4, got, 5), 2);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, c, 4, got, NULL, 5), 2);
     CHECK_EQ(got[0], idc[0]);
     release_blocks(f.pool, got, 2);
 
     /* A sequence that computed a's blocks again (it started before a was inserted) plus one more:
      * the cached copies stay, its duplicates are not taken, its new last block hangs under a's. */
     if (alloc_blocks(f.pool, dup, 5)) return 1;
-    hx_prefix_cache_insert(f.c, 0, a, 10, dup);
+    hx_prefix_cache_insert(f.c, 0, a, 10, dup, NULL);
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 9);
     for (int i = 0; i < 4; i++) CHECK_EQ(RC(&f, dup[i]), 1);
     CHECK_EQ(RC(&f, dup[4]), 2);
     release_blocks(f.pool, dup, 5);
     for (int i = 0; i < 4; i++) CHECK_EQ(RC(&f, dup[i]), 0);   /* duplicates went back */
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, a, 10, got, 5), 5);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, a, 10, got, NULL, 5), 5);
     for (int i = 0; i < 4; i++) CHECK_EQ(got[i], ida[i]);
     CHECK_EQ(got[4], dup[4]);
     release_blocks(f.pool, got, 5);
@@ -371,27 +446,27 @@ static int test_adapters_do_not_see_each_others_blocks(void)
     const int32_t t[6] = {4, 5, 6, 7, 8, 9};
     int32_t base[3], lora[3], got[3];
     if (alloc_blocks(f.pool, base, 3)) return 1;
-    hx_prefix_cache_insert(f.c, 0, t, 6, base);
+    hx_prefix_cache_insert(f.c, 0, t, 6, base, NULL);
     release_blocks(f.pool, base, 3);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 7, t, 6, got, 3), 0);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 7, t, 6, got, NULL, 3), 0);
 
     if (alloc_blocks(f.pool, lora, 3)) return 1;
-    hx_prefix_cache_insert(f.c, 7, t, 6, lora);     /* same tokens, other KV: kept apart */
+    hx_prefix_cache_insert(f.c, 7, t, 6, lora, NULL);     /* same tokens, other KV: kept apart */
     release_blocks(f.pool, lora, 3);
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 6);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 7, t, 6, got, 3), 3);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 7, t, 6, got, NULL, 3), 3);
     for (int i = 0; i < 3; i++) CHECK_EQ(got[i], lora[i]);
     release_blocks(f.pool, got, 3);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, t, 6, got, 3), 3);  /* now the most recent tree */
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, t, 6, got, NULL, 3), 3);  /* now the most recent tree */
     for (int i = 0; i < 3; i++) CHECK_EQ(got[i], base[i]);
     release_blocks(f.pool, got, 3);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 3, t, 6, got, 3), 0);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 3, t, 6, got, NULL, 3), 0);
 
     /* Evicting adapter 7's whole (least recent) tree leaves adapter 0's intact. */
     CHECK_EQ(hx_prefix_cache_evict(f.c, 3), 3);
     for (int i = 0; i < 3; i++) CHECK_EQ(RC(&f, lora[i]), 0);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 7, t, 6, got, 3), 0);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, t, 6, got, 3), 3);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 7, t, 6, got, NULL, 3), 0);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, t, 6, got, NULL, 3), 3);
     release_blocks(f.pool, got, 3);
     hx_err err = {0};
     CHECK_EQ(hx_prefix_cache_check(f.c, &err), HX_OK);
@@ -408,13 +483,13 @@ static int test_lru_leaf_is_evicted_first_and_shared_blocks_never(void)
     if (alloc_blocks(f.pool, ip, 2) || alloc_blocks(f.pool, iq, 2) ||
         alloc_blocks(f.pool, ir, 2))
         return 1;
-    hx_prefix_cache_insert(f.c, 0, p, 4, ip);
-    hx_prefix_cache_insert(f.c, 0, q, 4, iq);
-    hx_prefix_cache_insert(f.c, 0, r, 4, ir);
+    hx_prefix_cache_insert(f.c, 0, p, 4, ip, NULL);
+    hx_prefix_cache_insert(f.c, 0, q, 4, iq, NULL);
+    hx_prefix_cache_insert(f.c, 0, r, 4, ir, NULL);
     release_blocks(f.pool, ip, 2);
     release_blocks(f.pool, iq, 2);
     release_blocks(f.pool, ir, 2);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, p, 4, got, 2), 2);   /* p is now the most recent */
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, p, 4, got, NULL, 2), 2);   /* p is now the most recent */
     release_blocks(f.pool, got, 2);
 
     /* Recency is q, r, p: q's leaf goes first, its interior block stays. */
@@ -425,7 +500,7 @@ static int test_lru_leaf_is_evicted_first_and_shared_blocks_never(void)
 
     /* A running sequence holds r: everything else goes, r's blocks never. */
     int32_t held[2];
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, r, 4, held, 2), 2);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, r, 4, held, NULL, 2), 2);
     CHECK_EQ(hx_prefix_cache_evict(f.c, 100), 3);                /* q's first block, then p */
     CHECK_EQ(RC(&f, iq[0]), 0);
     CHECK_EQ(RC(&f, ip[0]), 0);
@@ -444,7 +519,7 @@ static int test_lru_leaf_is_evicted_first_and_shared_blocks_never(void)
      * second hangs under r's block. While s holds its second block, r's block is an interior
      * node nobody holds, and still not evictable: it is not a leaf. */
     if (alloc_blocks(f.pool, is, 2)) return 1;
-    hx_prefix_cache_insert(f.c, 0, s, 4, is);
+    hx_prefix_cache_insert(f.c, 0, s, 4, is, NULL);
     hx_kv_pool_release(f.pool, is[0]);
     CHECK_EQ(RC(&f, ir[0]), 1);
     CHECK_EQ(RC(&f, is[1]), 2);
@@ -463,7 +538,7 @@ static int test_evict_frees_blocks_back_to_the_pool(void)
     for (int k = 0; k < 4; k++) {                /* four idle 2-block prompts fill the pool */
         const int32_t t[4] = {k, k, k + 10, k + 10};
         if (alloc_blocks(f.pool, ids + 2 * k, 2)) return 1;
-        hx_prefix_cache_insert(f.c, 0, t, 4, ids + 2 * k);
+        hx_prefix_cache_insert(f.c, 0, t, 4, ids + 2 * k, NULL);
         release_blocks(f.pool, ids + 2 * k, 2);
     }
     CHECK_EQ(f.pool->n_free, 0);
@@ -495,9 +570,9 @@ static int test_insert_evicts_lru_entries_to_stay_within_max_blocks(void)
     const int32_t long_prompt[10] = {7, 7, 8, 8, 9, 9, 10, 10, 11, 11};
     int32_t ip[2], iq[2], ir[2], il[5], got[5];
     if (alloc_blocks(f.pool, ip, 2) || alloc_blocks(f.pool, iq, 2)) return 1;
-    hx_prefix_cache_insert(f.c, 0, p, 4, ip);
+    hx_prefix_cache_insert(f.c, 0, p, 4, ip, NULL);
     release_blocks(f.pool, ip, 2);
-    hx_prefix_cache_insert(f.c, 0, q, 4, iq);        /* 4 > 3: p's idle leaf goes */
+    hx_prefix_cache_insert(f.c, 0, q, 4, iq, NULL);        /* 4 > 3: p's idle leaf goes */
     release_blocks(f.pool, iq, 2);
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 3);
     CHECK_EQ(RC(&f, ip[1]), 0);
@@ -507,9 +582,9 @@ static int test_insert_evicts_lru_entries_to_stay_within_max_blocks(void)
      * over the cap, the least recent leaf goes even though q's sequence holds it (only the cache's
      * reference is dropped). */
     int32_t held[2];
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, q, 4, held, 2), 2);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, q, 4, held, NULL, 2), 2);
     if (alloc_blocks(f.pool, ir, 2)) return 1;
-    hx_prefix_cache_insert(f.c, 0, r, 4, ir);
+    hx_prefix_cache_insert(f.c, 0, r, 4, ir, NULL);
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 3);
     CHECK_EQ(RC(&f, ip[0]), 0);
     CHECK_EQ(RC(&f, iq[1]), 1);                      /* the sequence's hold only */
@@ -522,14 +597,14 @@ static int test_insert_evicts_lru_entries_to_stay_within_max_blocks(void)
 
     /* A path longer than the cap: only its first max_blocks blocks are recorded. */
     if (alloc_blocks(f.pool, il, 5)) return 1;
-    hx_prefix_cache_insert(f.c, 0, long_prompt, 10, il);
+    hx_prefix_cache_insert(f.c, 0, long_prompt, 10, il, NULL);
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 3);
     CHECK_EQ(RC(&f, il[2]), 2);
     CHECK_EQ(RC(&f, il[3]), 1);
     release_blocks(f.pool, il, 5);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, long_prompt, 10, got, 5), 3);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, long_prompt, 10, got, NULL, 5), 3);
     release_blocks(f.pool, got, 3);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, r, 4, got, 5), 0);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, r, 4, got, NULL, 5), 0);
     hx_err err = {0};
     CHECK_EQ(hx_prefix_cache_check(f.c, &err), HX_OK);
     return teardown(&f);
@@ -541,11 +616,11 @@ static int test_cap_zero_disables_caching(void)
     if (setup(&f, 4, 8, 0)) return 1;
     int32_t tokens[8] = {1, 2, 3, 4, 5, 6, 7, 8}, ids[2], got[2];
     if (alloc_blocks(f.pool, ids, 2)) return 1;
-    hx_prefix_cache_insert(f.c, 0, tokens, 8, ids);
+    hx_prefix_cache_insert(f.c, 0, tokens, 8, ids, NULL);
     CHECK_EQ(hx_prefix_cache_n_blocks(f.c), 0);
     CHECK_EQ(RC(&f, ids[0]), 1);
     CHECK_EQ(RC(&f, ids[1]), 1);
-    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 8, got, 2), 0);
+    CHECK_EQ(hx_prefix_cache_match(f.c, 0, tokens, 8, got, NULL, 2), 0);
     CHECK_EQ(hx_prefix_cache_evict(f.c, 2), 0);
     release_blocks(f.pool, ids, 2);
     return teardown(&f);
@@ -586,19 +661,19 @@ static int test_out_of_memory_during_insert_keeps_the_cache_consistent(void)
         if (alloc_blocks(f.pool, ia, 4) || alloc_blocks(f.pool, ib, 4) ||
             alloc_blocks(f.pool, ic, 4))
             return 1;
-        hx_prefix_cache_insert(f.c, 0, a, 8, ia);
+        hx_prefix_cache_insert(f.c, 0, a, 8, ia, NULL);
         hx_alloc_fail_after(fail_at);
-        hx_prefix_cache_insert(f.c, 0, b, 8, ib);     /* branches at block 2 */
-        hx_prefix_cache_insert(f.c, 9, a, 8, ic);     /* a new adapter's tree */
+        hx_prefix_cache_insert(f.c, 0, b, 8, ib, NULL);     /* branches at block 2 */
+        hx_prefix_cache_insert(f.c, 9, a, 8, ic, NULL);     /* a new adapter's tree */
         hx_alloc_fail_after(-1);
 
         hx_err err = {0};
         CHECK_EQ(hx_prefix_cache_check(f.c, &err), HX_OK);
         const int32_t n = hx_prefix_cache_n_blocks(f.c);
         CHECK(n >= 4 && n <= 10);
-        const int32_t nb = hx_prefix_cache_match(f.c, 0, b, 8, got, 4);
+        const int32_t nb = hx_prefix_cache_match(f.c, 0, b, 8, got, NULL, 4);
         release_blocks(f.pool, got, nb);
-        const int32_t n9 = hx_prefix_cache_match(f.c, 9, a, 8, got, 4);
+        const int32_t n9 = hx_prefix_cache_match(f.c, 9, a, 8, got, NULL, 4);
         release_blocks(f.pool, got, n9);
         CHECK(nb >= 2);
         CHECK_EQ(n, 4 + (nb - 2) + n9);
@@ -760,7 +835,7 @@ static int r_step(r_world *w)
         r_prompt(w, s);
         /* Like the scheduler: leave the last token out so it is run for its logits. */
         const int32_t m = s->n > 0 ? s->n - (int32_t)r_below(w, 2) : 0;
-        s->n_blocks = hx_prefix_cache_match(w->f.c, s->adapter, s->tokens, m, s->blocks,
+        s->n_blocks = hx_prefix_cache_match(w->f.c, s->adapter, s->tokens, m, s->blocks, NULL,
                                             R_MAX_BLK);
         const int32_t matched = s->n_blocks;
         w->hits += matched;
@@ -768,7 +843,7 @@ static int r_step(r_world *w)
         /* The positions after the full blocks: a copy of the cached block that agrees longest. */
         int32_t n_tail = 0;
         const int32_t tail = hx_prefix_cache_match_tail(w->f.c, s->adapter, s->tokens, m,
-                                                        matched, &n_tail);
+                                                        matched, &n_tail, NULL);
         if (tail >= 0) {
             const r_written *wr = &w->written[tail];
             const int32_t upto = matched * R_BT + n_tail;
@@ -814,17 +889,17 @@ static int r_step(r_world *w)
     }
     if (op < 65 && w->n_seq > 0) {                            /* a sequence's KV is published */
         const r_seq *s = &w->seq[r_below(w, (uint32_t)w->n_seq)];
-        hx_prefix_cache_insert(w->f.c, s->adapter, s->tokens, s->n, s->blocks);
-        hx_prefix_cache_insert_tail(w->f.c, s->adapter, s->tokens, s->n, s->blocks);
+        hx_prefix_cache_insert(w->f.c, s->adapter, s->tokens, s->n, s->blocks, NULL);
+        hx_prefix_cache_insert_tail(w->f.c, s->adapter, s->tokens, s->n, s->blocks, NULL);
         return 0;
     }
     if (op < 80 && w->n_seq > 0) {                            /* a sequence ends */
         const int32_t k = (int32_t)r_below(w, (uint32_t)w->n_seq);
         const r_seq *s = &w->seq[k];
         if (r_below(w, 4) != 0)
-            hx_prefix_cache_insert(w->f.c, s->adapter, s->tokens, s->n, s->blocks);
+            hx_prefix_cache_insert(w->f.c, s->adapter, s->tokens, s->n, s->blocks, NULL);
         if (r_below(w, 2) != 0)
-            hx_prefix_cache_insert_tail(w->f.c, s->adapter, s->tokens, s->n, s->blocks);
+            hx_prefix_cache_insert_tail(w->f.c, s->adapter, s->tokens, s->n, s->blocks, NULL);
         r_drop(w, k);
         return 0;
     }
@@ -835,7 +910,7 @@ static int r_step(r_world *w)
     r_seq probe;                                              /* a lookup that is let go */
     r_prompt(w, &probe);
     int32_t got[R_MAX_BLK];
-    const int32_t n = hx_prefix_cache_match(w->f.c, probe.adapter, probe.tokens, probe.n, got,
+    const int32_t n = hx_prefix_cache_match(w->f.c, probe.adapter, probe.tokens, probe.n, got, NULL,
                                             R_MAX_BLK);
     if (r_check_match(w, &probe, got, n)) return 1;
     w->hits += n;
@@ -875,6 +950,7 @@ static const check_case cases[] = {
     { "partial_last_block_is_not_cached", test_partial_last_block_is_not_cached },
     { "partial_block_is_cached_as_a_tail_to_copy", test_partial_block_is_cached_as_a_tail_to_copy },
     { "copied_block_holds_the_sources_kv", test_copied_block_holds_the_sources_kv },
+    { "sliding_blocks_bound_the_match_to_a_held_window", test_sliding_blocks_bound_the_match_to_a_held_window },
     { "diverging_prompts_branch_and_share_their_common_blocks", test_diverging_prompts_branch_and_share_their_common_blocks },
     { "adapters_do_not_see_each_others_blocks", test_adapters_do_not_see_each_others_blocks },
     { "lru_leaf_is_evicted_first_and_shared_blocks_never", test_lru_leaf_is_evicted_first_and_shared_blocks_never },
