@@ -165,6 +165,10 @@ static void kv_figures(hx_executor *ex)
     ex->stats.kv_blocks_total = ex->pool->store.n_blocks;
     ex->stats.kv_blocks_used = ex->pool->store.n_blocks - ex->pool->n_free;
     ex->stats.kv_blocks_cached = ex->cache ? hx_prefix_cache_n_blocks(ex->cache) : 0;
+    if (ex->pool_swa) {
+        ex->stats.kv_window_total = ex->pool_swa->store.n_blocks;
+        ex->stats.kv_window_used = ex->pool_swa->store.n_blocks - ex->pool_swa->n_free;
+    }
 }
 
 /* Ends a job: DONE with its status and figures, statistics, the engine's reference dropped. */

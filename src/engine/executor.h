@@ -118,6 +118,7 @@ typedef struct {
     int64_t n_gen_timed;     /* tokens generated inside gen_ms (each job's first excluded) */
     int32_t kv_blocks_used, kv_blocks_total; /* in use (sequences and prefix cache) / all */
     int32_t kv_blocks_cached;  /* held by the prefix cache */
+    int32_t kv_window_used, kv_window_total; /* the sliding layers' pool (0, 0 without one) */
     int64_t n_steps;           /* forward steps run */
     int64_t n_preempted;       /* jobs whose KV was taken back to make room (recomputed) */
     hx_gen_stats last;       /* the most recently finished job's (for server-overhead figures) */

@@ -76,6 +76,11 @@ void hx_route_stats(void *ctx, hx_http_req *req, hx_http_resp *resp)
                              "generated_tokens", (int)e->last.n_gen,
                              "prompt_ms", e->last.prompt_ms, "first_token_ms", e->last.first_ms,
                              "decode_ms", e->last.gen_ms);
+    if (o && e->kv_window_total > 0) /* sliding layers' blocks (Gemma 2/3): window only */
+        json_object_set_new(o, "kv_window_blocks",
+                            json_pack("{s:i, s:i, s:i}", "used", (int)e->kv_window_used, "free",
+                                      (int)(e->kv_window_total - e->kv_window_used), "total",
+                                      (int)e->kv_window_total));
     if (o && mem && last) {
         json_object_set_new(o, "memory", mem);
         json_object_set_new(o, "last_request", last);

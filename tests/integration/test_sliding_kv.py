@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from conftest import ROOT, run
-from server import Server
+from server import Server, stats, wait_idle
 
 GEN = 12
 
@@ -69,6 +69,8 @@ def test_long_prompts_continue_as_the_reference_does_with_the_cache(gemma3, refe
         alone = [greedy(s, p) for p in firsts]
         together = in_parallel(lambda p: greedy(s, p), longer)
         got_early, got_late = greedy(s, early), greedy(s, late)
+        wait_idle(s)
+        kv, win = stats(s)["kv_blocks"], stats(s)["kv_window_blocks"]
     for p, (got, cached) in zip(firsts, alone):
         assert got == reference.greedy(p, GEN)
         assert cached == 0
@@ -80,6 +82,11 @@ def test_long_prompts_continue_as_the_reference_does_with_the_cache(gemma3, refe
     # prompt was cached): 12 full blocks shared and 8 positions of the 13th copied.
     assert got_early[0] == reference.greedy(early, GEN) and got_early[1] == 0
     assert got_late[0] == reference.greedy(late, GEN) and got_late[1] == 200
+    # The sliding pool: 4 sequences x (a window of 20 before a step of 64 rows and those rows:
+    # 7 blocks), and as much again for the prefix cache; idle, only cached blocks stay in it
+    # (each prompt's last chunk and window), fewer than the global layers' (every position).
+    assert win["total"] == 2 * 4 * 7
+    assert 0 < win["used"] <= win["total"] and win["used"] < kv["cached"], (win, kv)
 
 
 def test_fit_counts_the_sliding_layers_at_their_window(gemma3):
