@@ -690,7 +690,7 @@ def test_disconnect_at_random_points_200_times(srv):
     t_start = time.monotonic()
     for _ in range(20):
         cycle()
-    wait_idle(srv)
+    cached0 = wait_idle(srv)["kv_blocks"]["cached"]
     assert req(srv, "GET", "/health")[0] == 200
     rss0 = srv.rss_kib()
     for i in range(180):
@@ -700,7 +700,11 @@ def test_disconnect_at_random_points_200_times(srv):
     st, b = post(srv, OPENAI, {"messages": CAPITAL, "max_tokens": 8, "temperature": 0})
     assert st == 200 and "Paris" in b["choices"][0]["message"]["content"]
     rss1 = srv.rss_kib()
-    assert rss1 <= rss0 * 1.05, f"RSS grew from {rss0} to {rss1} KiB"
+    # What the prefix cache keeps on purpose (the finished replies' blocks, partial last ones
+    # included; bounded by --prompt-cache) is not a leak: allow for it, and nothing else.
+    st = stats(srv)
+    kept = (st["kv_blocks"]["cached"] - cached0) * 16 * st["memory"]["kv_bytes_per_token"] // 1024
+    assert rss1 <= rss0 * 1.05 + kept, f"RSS grew from {rss0} to {rss1} KiB ({kept} KiB cached)"
 
 
 # ---- queue ---------------------------------------------------------------------------------------
