@@ -33,6 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/err.h"
+
 #define HX_ATTN_CHUNK 16 /* keys per online-softmax step */
 #define HX_ATTN_MAX_Q 16 /* query heads per call (callers split larger groups) */
 
@@ -62,6 +64,7 @@ static inline int32_t hx_attn_chunk(const hx_attn_kv *kv, int32_t pos, int32_t l
     const int32_t bt = kv->block_tokens, off = pos % bt;
     int32_t n = bt - off < last + 1 - pos ? bt - off : last + 1 - pos;
     if (n > HX_ATTN_CHUNK) n = HX_ATTN_CHUNK;
+    HX_ASSERT(kv->blocks[pos / bt] >= 0); /* a block a window pool dropped is never read */
     *base = (size_t)kv->blocks[pos / bt] * kv->block_stride + (size_t)off * (size_t)kv->row_stride;
     return n;
 }
@@ -74,6 +77,7 @@ static inline int32_t hx_attn_qchunk(const hx_attn_qkv *kv, int32_t pos, int32_t
     const int32_t bt = kv->block_tokens, o = pos % bt;
     int32_t n = bt - o < last + 1 - pos ? bt - o : last + 1 - pos;
     if (n > HX_ATTN_CHUNK) n = HX_ATTN_CHUNK;
+    HX_ASSERT(kv->blocks[pos / bt] >= 0);
     *tile = (size_t)kv->blocks[pos / bt] * kv->block_stride;
     *off = o;
     return n;

@@ -592,6 +592,7 @@ static uint16_t *kv_at(const hx_kv_store *kv, void *base, int32_t layer, int32_t
                        const hx_kv_seq *seq, int32_t pos)
 {
     const int32_t block = seq->blocks[pos / kv->block_tokens], off = pos % kv->block_tokens;
+    HX_ASSERT(block >= 0); /* never a block a window pool dropped (sequence.c) */
     const size_t idx = ((((size_t)block * (size_t)kv->n_layer + (size_t)layer) *
                              (size_t)kv->n_kv_head + (size_t)h) * (size_t)kv->block_tokens +
                         (size_t)off) * (size_t)kv->d_head;
@@ -613,6 +614,7 @@ static void cpu_kv_write(hx_backend *be, hx_kv_store *kv, int32_t layer, const h
         for (int64_t t = 0; t < n_tok; t++)
             for (int32_t h = 0; h < kv->n_kv_head; h++) {
                 const int32_t block = seq->blocks[pos[t] / bt], off = pos[t] % bt;
+                HX_ASSERT(block >= 0);
                 const size_t tile = (((size_t)block * (size_t)kv->n_layer + (size_t)layer) *
                                          (size_t)kv->n_kv_head + (size_t)h) * tile_bytes;
                 hx_kvq_quantize_row(dt, k + t * kvd + h * dh, dh, (uint8_t *)kv->k + tile, bt,
