@@ -193,6 +193,23 @@ static void job_done(hx_executor *ex, hx_job *j, hx_status st, const char *msg,
     pthread_mutex_unlock(&ex->mu);
 }
 
+/* Copies a cached tail block (and, with sliding layers, its sliding block) into blocks of the
+ * caller's own, *dst and *dst_swa, releasing the references match_tail handed out. false, with
+ * nothing taken, when a pool has no free block. */
+static bool copy_tail(hx_executor *ex, int32_t tail, int32_t tail_swa, int32_t *dst,
+                      int32_t *dst_swa)
+{
+    *dst = hx_kv_pool_copy(ex->pool, tail);
+    hx_kv_pool_release(ex->pool, tail);
+    if (!ex->pool_swa) return *dst >= 0;
+    *dst_swa = *dst >= 0 ? hx_kv_pool_copy(ex->pool_swa, tail_swa) : -1;
+    hx_kv_pool_release(ex->pool_swa, tail_swa);
+    if (*dst_swa >= 0) return true;
+    if (*dst >= 0) hx_kv_pool_release(ex->pool, *dst);
+    *dst = -1;
+    return false;
+}
+
 /* Starts job j in slot sl: the longest cached prefix of its prompt first, then the generation. */
 static void slot_start(hx_executor *ex, slot *sl, hx_job *j)
 {
@@ -215,19 +232,8 @@ static void slot_start(hx_executor *ex, slot *sl, hx_job *j)
         const int32_t got = hx_prefix_cache_match(ex->cache, 0, c->prompt, n, blocks, bswa, max);
         const int32_t tail = hx_prefix_cache_match_tail(ex->cache, 0, c->prompt, n, got, &n_tail,
                                                         &tail_swa);
-        if (tail >= 0) {
-            blocks[got] = hx_kv_pool_copy(ex->pool, tail);
-            hx_kv_pool_release(ex->pool, tail);
-            if (bswa) {
-                swa[got] = blocks[got] >= 0 ? hx_kv_pool_copy(ex->pool_swa, tail_swa) : -1;
-                hx_kv_pool_release(ex->pool_swa, tail_swa);
-                if (swa[got] < 0 && blocks[got] >= 0) {
-                    hx_kv_pool_release(ex->pool, blocks[got]);
-                    blocks[got] = -1;
-                }
-            }
-            if (blocks[got] < 0) n_tail = 0; /* no free block: those positions are recomputed */
-        }
+        if (tail >= 0 && !copy_tail(ex, tail, tail_swa, &blocks[got], &swa[got]))
+            n_tail = 0; /* no free block: those positions are recomputed */
         if (got > 0 || n_tail > 0)
             hx_sequence_adopt(sl->seq, c->prompt, blocks, bswa, got + (n_tail > 0),
                               got * 16 + n_tail);
@@ -475,13 +481,13 @@ static void *engine_main(void *arg)
 
 /* ---- the executor ---- */
 
-int32_t hx_executor_swa_blocks(const hx_hparams *hp, const hx_executor_params *p, int32_t max_tok)
+/* Blocks of the sliding layers' pool for the executor's (normalised) parameters p: each of
+ * n_batch sequences holds at most its window before a step's rows and those rows, and the prefix
+ * cache as much again at most (within its cache_blocks). */
+static int32_t swa_pool_blocks(const hx_hparams *hp, const hx_executor_params *p)
 {
-    const int32_t n_batch = p->n_batch > 0 ? (p->n_batch < 64 ? p->n_batch : 64) : 8;
-    const int32_t step = p->step_tokens > 0 && p->step_tokens < max_tok ? p->step_tokens : max_tok;
-    const int32_t win = hx_kv_window_blocks(hp->sliding_window, step, 16);
-    const int32_t ctx = (p->n_ctx + 15) / 16;
-    const int32_t seqs = n_batch * (win < ctx ? win : ctx);
+    const int32_t seqs =
+        p->n_batch * hx_kv_window_blocks(hp->sliding_window, p->step_tokens, p->n_ctx, 16);
     return seqs + (p->cache_blocks < seqs ? p->cache_blocks : seqs);
 }
 
@@ -511,9 +517,8 @@ hx_status hx_executor_open(hx_llm *m, const hx_tokenizer *tok, const hx_executor
                                  n_blocks, p->kv, &ex->pool, err);
     if (st != HX_OK) goto fail;
     if (n_swa > 0) {
-        const int32_t swa_blocks = hx_executor_swa_blocks(hp, &ex->p, (int32_t)m->max_tok);
-        st = hx_kv_pool_create_typed(m->be, n_swa, hp->n_kv_head, hp->d_head, 16, swa_blocks,
-                                     p->kv, &ex->pool_swa, err);
+        st = hx_kv_pool_create_typed(m->be, n_swa, hp->n_kv_head, hp->d_head, 16,
+                                     swa_pool_blocks(hp, &ex->p), p->kv, &ex->pool_swa, err);
         if (st != HX_OK) goto fail;
     }
     if (p->cache_blocks > 0 &&

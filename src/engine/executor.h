@@ -69,7 +69,8 @@ typedef struct {
 
 /* Starts the engine thread over a bound model (borrowed; must outlive the executor). The KV
  * pool holds n_batch full contexts plus the prefix cache; a model whose sliding layers have a
- * pool of their own (hx_hparams_n_swa_layers) gets hx_executor_swa_blocks blocks there. */
+ * pool of their own (hx_hparams_n_swa_layers) gets there n_batch times hx_kv_window_blocks
+ * (window, step_tokens, n_ctx) blocks, and at most as many again for the prefix cache. */
 hx_status hx_executor_open(hx_llm *m, const hx_tokenizer *tok, const hx_executor_params *p,
                            hx_executor **out, hx_err *err);
 /* Cancels every job, waits for the engine thread to end, frees. Jobs not yet released stay
@@ -77,12 +78,6 @@ hx_status hx_executor_open(hx_llm *m, const hx_tokenizer *tok, const hx_executor
 void hx_executor_close(hx_executor *ex);
 
 int32_t hx_executor_n_ctx(const hx_executor *ex); /* positions of the sequence */
-
-/* Blocks of the sliding layers' pool: each of n_batch sequences holds at most the window before
- * a step's rows and those rows (hx_kv_window_blocks with p->step_tokens, 0: the model's step),
- * or its whole context if that is less, and the prefix cache as much again at most (within its
- * cache_blocks). */
-int32_t hx_executor_swa_blocks(const hx_hparams *hp, const hx_executor_params *p, int32_t max_tok);
 
 /* Queues c (ownership passes to the executor, also on failure). On success *out is the job:
  * read its events with hx_job_next and release it with hx_job_release. HX_E_BUSY when max_queue

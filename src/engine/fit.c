@@ -355,9 +355,10 @@ static void terms(const fit_model *fm, int32_t n_ctx, int32_t n_batch, hx_kv_dty
     const uint64_t swa_tok = hx_kv_dtype_bytes_per_token(kv_type, n_swa, hp->n_kv_head, hp->d_head);
     r->kv_window_layers = n_swa;
     r->kv_window = n_swa > 0 ? hp->sliding_window : 0;
-    const uint64_t win = (uint64_t)hx_kv_window_blocks(hp->sliding_window, HX_SEQUENCE_STEP_TOKENS,
-                                                       KV_BLOCK_TOKENS);
-    const uint64_t swa_positions = (win < blocks ? win : blocks) * KV_BLOCK_TOKENS * (uint64_t)n_batch;
+    const uint64_t swa_positions = (uint64_t)hx_kv_window_blocks(hp->sliding_window,
+                                                                 HX_SEQUENCE_STEP_TOKENS, n_ctx,
+                                                                 KV_BLOCK_TOKENS) *
+                                   KV_BLOCK_TOKENS * (uint64_t)n_batch;
     r->kv_bytes = n_swa > 0 ? positions * (r->kv_bytes_per_token - swa_tok) + swa_positions * swa_tok
                             : positions * r->kv_bytes_per_token;
     /* Per sequence (sequence.c): the tokens the cache holds, its last logits, the step's pos,

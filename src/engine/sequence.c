@@ -70,13 +70,14 @@ static hx_status sequence_new(hx_llm *m, const hx_tokenizer *tok, hx_kv_pool *po
         const hx_hparams *hp = &m->hp;
         const int32_t n_swa = hx_hparams_n_swa_layers(hp);
         const int32_t blocks = (n_ctx + BLOCK_TOKENS - 1) / BLOCK_TOKENS;
-        const int32_t swa = hx_kv_window_blocks(s->window, (int32_t)m->max_tok, BLOCK_TOKENS);
         s->own_pool = true;
         st = hx_kv_pool_create_typed(m->be, hp->n_layer - n_swa, hp->n_kv_head, hp->d_head,
                                      BLOCK_TOKENS, blocks, kv, &s->pool, err);
         if (st == HX_OK && n_swa > 0)
-            st = hx_kv_pool_create_typed(m->be, n_swa, hp->n_kv_head, hp->d_head, BLOCK_TOKENS,
-                                         swa < blocks ? swa : blocks, kv, &s->pool_swa, err);
+            st = hx_kv_pool_create_typed(
+                m->be, n_swa, hp->n_kv_head, hp->d_head, BLOCK_TOKENS,
+                hx_kv_window_blocks(s->window, (int32_t)m->max_tok, n_ctx, BLOCK_TOKENS), kv,
+                &s->pool_swa, err);
         if (st != HX_OK) goto fail;
     }
     s->tokens = hx_alloc((size_t)n_ctx * sizeof(int32_t));

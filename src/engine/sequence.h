@@ -68,7 +68,7 @@ hx_status hx_sequence_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx
 /* The same over pools shared with other sequences (borrowed; the scheduler's): up to n_ctx
  * positions, blocks taken from the pools as the sequence grows. pool_swa holds the sliding
  * layers when the model splits its cache (hx_hparams_n_swa_layers > 0; NULL otherwise), of
- * which a sequence keeps hx_kv_window_blocks(sliding_window, rows of a step) at most. */
+ * which a sequence keeps hx_kv_window_blocks(sliding_window, rows of a step, n_ctx) at most. */
 hx_status hx_sequence_init_shared(hx_llm *m, const hx_tokenizer *tok, hx_kv_pool *pool,
                                   hx_kv_pool *pool_swa, int32_t n_ctx, hx_sequence **out,
                                   hx_err *err);

@@ -56,12 +56,16 @@ typedef struct {
     int32_t  n_ctx; /* positions stored */
 } hx_kv_table;
 
-/* Blocks one sequence holds at most in a pool that keeps only the last `window` positions, when
- * a step adds up to `rows` rows: those rows and the window - 1 positions before the first, at any
- * alignment to blocks of block_tokens. */
-static inline int32_t hx_kv_window_blocks(int32_t window, int32_t rows, int32_t block_tokens)
+/* Blocks one sequence of up to n_ctx positions holds at most in a pool that keeps only the last
+ * `window` positions, when a step adds up to `rows` rows: those rows and the window - 1
+ * positions before the first, at any alignment to blocks of block_tokens, or its whole context
+ * if that takes fewer. */
+static inline int32_t hx_kv_window_blocks(int32_t window, int32_t rows, int32_t n_ctx,
+                                          int32_t block_tokens)
 {
-    return (window - 1 + rows + block_tokens - 1) / block_tokens + 1;
+    const int32_t win = (window - 1 + rows + block_tokens - 1) / block_tokens + 1;
+    const int32_t ctx = (n_ctx + block_tokens - 1) / block_tokens;
+    return win < ctx ? win : ctx;
 }
 
 /* Releases the blocks wholly before position n_pos, leaving -1 in their table entries (a pool

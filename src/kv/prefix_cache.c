@@ -316,14 +316,16 @@ int32_t hx_prefix_cache_match(hx_prefix_cache *c, uint64_t adapter, const int32_
         at = k;
     }
     /* With sliding layers the prefix ends where their window before it is still all cached. */
+    const int32_t walked = n_match;
     while (c->pool_swa && n_match > 0 && !window_held(c, blocks_swa, n_match)) n_match--;
     const int32_t first = window_first(c, (int64_t)n_match * bt);
     for (int32_t i = 0; i < n_match; i++) {
         hx_kv_pool_retain(c->pool, blocks[i]);
-        if (c->pool_swa && i < first) blocks_swa[i] = -1; /* not needed: not handed out */
-        else if (c->pool_swa) hx_kv_pool_retain(c->pool_swa, blocks_swa[i]);
+        if (!c->pool_swa) continue;
+        if (i < first) blocks_swa[i] = -1; /* outside the window: not handed out */
+        else hx_kv_pool_retain(c->pool_swa, blocks_swa[i]);
     }
-    if (n_match > 0) touch_path(c, walk(c, t, tokens, n_match));
+    if (n_match > 0) touch_path(c, n_match == walked ? at : walk(c, t, tokens, n_match));
     return n_match;
 }
 

@@ -102,7 +102,7 @@ int main(int argc, char **argv)
     if (hx_kv_pool_create_typed(be, hp->n_layer - n_swa, hp->n_kv_head, hp->d_head, 16,
                                 (total + 15) / 16 + 1, kv_dtype, &c.pool, &err) ||
         (n_swa > 0 && hx_kv_pool_create_typed(be, n_swa, hp->n_kv_head, hp->d_head, 16,
-                                              hx_kv_window_blocks(c.window, chunk, 16),
+                                              hx_kv_window_blocks(c.window, chunk, total, 16),
                                               kv_dtype, &c.swa, &err)))
         return die(err.msg);
     const size_t V = (size_t)mf->hp.n_vocab;

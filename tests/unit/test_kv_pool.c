@@ -185,8 +185,10 @@ static int test_dropped_blocks_go_back_and_the_window_stays(void)
     CHECK_EQ(p->n_free, 8);
 
     /* Walking 200 positions in steps of up to 5 rows with a window of 7, the table never holds
-     * more than hx_kv_window_blocks(7, 5, 4) blocks, and always the window of the next row. */
-    const int32_t most = hx_kv_window_blocks(7, 5, 4);
+     * more than hx_kv_window_blocks(7, 5, 200, 4) blocks, and always the window of the next
+     * row; a context shorter than the window caps the bound. */
+    const int32_t most = hx_kv_window_blocks(7, 5, 200, 4);
+    CHECK_EQ(hx_kv_window_blocks(7, 5, 6, 4), 2);
     int32_t n = 0, peak = 0;
     while (n < 200) {
         const int32_t rows = 1 + n % 5;

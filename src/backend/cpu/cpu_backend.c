@@ -141,9 +141,6 @@ static void cpu_read(hx_backend *be, void *dst, const void *src, size_t n)
     memcpy(dst, src, n);
 }
 
-/* K and V of every block, layer and kv head in kv->dtype: n_blocks * n_layer * n_kv_head tiles
- * of hx_kv_tile_bytes (kv_quant.h) each. Zeroed, so an unwritten position reads as 0 in every
- * dtype (scale and minimum 0). */
 /* Bytes of K (or of V) one block holds: n_layer * n_kv_head tiles; 0 for a bad shape. */
 static size_t kv_block_bytes(const hx_kv_store *kv)
 {
@@ -153,6 +150,9 @@ static size_t kv_block_bytes(const hx_kv_store *kv)
            hx_kv_tile_bytes(kv->dtype, kv->block_tokens, kv->d_head);
 }
 
+/* K and V of every block, layer and kv head in kv->dtype: n_blocks * n_layer * n_kv_head tiles
+ * of hx_kv_tile_bytes (kv_quant.h) each. Zeroed, so an unwritten position reads as 0 in every
+ * dtype (scale and minimum 0). */
 static hx_status cpu_kv_alloc(hx_backend *be, hx_kv_store *kv, hx_err *err)
 {
     (void)be;
