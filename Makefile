@@ -46,7 +46,7 @@ test-unit: build
 
 test-san: deps
 	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
-	      -DHEARTH_SANITIZE=ON -DHEARTH_FUZZ=ON -DHEARTH_WERROR=ON >/dev/null
+	      -DHEARTH_SANITIZE=ON -DHEARTH_FUZZ=ON -DHEARTH_WERROR=ON -DHEARTH_CUDA=OFF >/dev/null
 	cmake --build $(BUILD_SAN) -j$(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	    ctest --test-dir $(BUILD_SAN) -L unit --output-on-failure -j$(JOBS)

@@ -2,13 +2,17 @@
  *
  * Model code (src/model) is written once against this table and never touches device memory:
  * activations live in buffers the backend allocates, weights are hx_tensor views the backend
- * prepared at load (it may repack them), and the KV cache is a pool of fixed-size blocks whose
- * storage the backend owns. A backend (cpu today; cuda later) implements the table, nothing else.
+ * prepared at load (it may repack or upload them), and the KV cache is a pool of fixed-size blocks whose
+ * storage the backend owns. A backend (cpu/, cuda/) implements the table, nothing else;
+ * device.h picks one by name.
  *
  * Shapes use the project vocabulary (src/model/model.h): n_tok rows of a flat batch, d_model,
  * n_head, n_kv_head, d_head. Every activation is row-major f32 unless stated. Ops are
  * synchronous from the caller's point of view; a backend may queue work internally as long as
- * results are visible to the next op and to hx_backend_read. */
+ * results are visible to the next op and to `read`. Small host arrays an op takes
+ * (ids, pos, block tables, rows) are read or copied before it returns, so the caller may reuse
+ * them; hx_tensor arguments (norm weights, biases, the embedding table) live as long as the
+ * model, so a device backend may upload each once and keep it. */
 #ifndef HX_BACKEND_BACKEND_H
 #define HX_BACKEND_BACKEND_H
 #include <stdbool.h>
@@ -107,6 +111,9 @@ struct hx_backend {
     hx_status (*reserve)(hx_backend *be, int64_t max_row, int64_t max_tok, hx_err *err);
     /* Copies n bytes of backend memory to the host (for logits). */
     void (*read)(hx_backend *be, void *dst, const void *src, size_t n);
+    /* Device memory free and in all, for backends with memory of their own (NULL on the CPU,
+     * whose memory is the host's): what KV sizing and `hearth fit` measure against. */
+    void (*mem_info)(hx_backend *be, int64_t *free_bytes, int64_t *total_bytes);
 
     /* Prepares matmul weight w once at load and returns the tensor to pass to matmul in its
      * place: w itself, or a backend-owned copy whose `prepared` holds the weights repacked for
@@ -158,7 +165,8 @@ struct hx_backend {
      * their probabilities (renormalised when m->norm_topk), plus the shared expert:
      * out[t] = sum_j w_j * down_e(act(gate_e x[t]) * up_e x[t]) + shared. x: [n_tok, d_model];
      * out: [n_tok, d_model], overwritten (must not alias x); work: hx_moe_work_floats floats of
-     * backend memory. Rows that chose the same expert go through its weights together. */
+     * backend memory. Rows that chose the same expert go through its weights together. NULL in
+     * a backend that cannot run mixtures of experts; hx_llm_open refuses such models there. */
     void (*moe)(hx_backend *be, const hx_moe *m, const float *router, const float *x,
                 int64_t n_tok, int64_t d_model, float *work, float *out);
     /* x += y, n elements. */

@@ -286,6 +286,10 @@ hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok,
                           "%s: inconsistent mixture of experts (%d experts, %d per token, "
                           "width %d)", mf->path, hp->n_expert, hp->n_expert_used, hp->d_ff_exp);
     if (max_tok < 1) return hx_err_set(err, HX_E_INVALID, "step size must be at least 1 row");
+    if (hp->n_expert > 0 && !be->moe)
+        return hx_err_set(err, HX_E_UNSUPPORTED,
+                          "%s: the %s backend does not run mixture-of-experts models yet; use "
+                          "--device cpu", mf->path, be->name);
     hx_llm *m = hx_calloc(1, sizeof *m);
     if (!m) return hx_err_set(err, HX_E_NOMEM, "out of memory");
     hx_status st = HX_OK;

@@ -1,0 +1,85 @@
+/* kernels.h - the CUDA kernels of the cuda backend, as C-callable launchers (kernels.cu).
+ *
+ * Every launcher queues work on `stream` and returns at once; pointers are device memory unless
+ * named h_*. Shapes and layouts are those of backend.h. A weight matrix is described by
+ * hx_cuda_wmat: its rows in the file's block format (uploaded unchanged), and for MLX the
+ * per-group scales and biases. Every format is read 32 elements at a time (a "sub-block": a
+ * whole Q4_0/Q4_1/Q8_0 block, one eighth of a K-quant super-block, 32 values of a float row or
+ * of an MLX group), so one device dequantizer serves the GEMV, the dequantize-to-f16 pass in
+ * front of cuBLAS and the embedding lookup. */
+#ifndef HX_BACKEND_CUDA_KERNELS_H
+#define HX_BACKEND_CUDA_KERNELS_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct CUstream_st *hx_cuda_stream;
+
+typedef struct {
+    const void *q;          /* rows of the weight in its block format */
+    const void *scales;     /* MLX: [n_out, n_in / group_size] in sb_dtype; else NULL */
+    const void *biases;
+    int32_t     dtype;      /* hx_dtype */
+    int32_t     sb_dtype;   /* MLX scales/biases: HX_DT_F16, HX_DT_BF16 or HX_DT_F32 */
+    int32_t     group_size; /* MLX */
+    int64_t     n_out, n_in;
+    int64_t     row_bytes;  /* bytes of one row of q */
+} hx_cuda_wmat;
+
+/* True when the device code reads this format (every hx_dtype with n_in % 32 == 0). */
+int hx_cuda_format_ok(int32_t dtype, int64_t n_in);
+
+/* out[r][o] = w[o] . x[r] (+ bias[o]) for n_rows <= HX_CUDA_GEMV_ROWS: one pass over w. */
+#define HX_CUDA_GEMV_ROWS 8
+void hx_cuda_gemv(const hx_cuda_wmat *w, const float *x, int64_t n_rows, const float *bias,
+                  float *out, hx_cuda_stream s);
+/* Rows [o0, o1) of w as f16 (or bf16 when bf16 != 0), row-major [o1 - o0, n_in]. */
+void hx_cuda_dequant_rows(const hx_cuda_wmat *w, int64_t o0, int64_t o1, void *dst, int bf16,
+                          hx_cuda_stream s);
+/* x [n] f32 to f16 (or bf16). */
+void hx_cuda_to_half(const float *x, int64_t n, void *dst, int bf16, hx_cuda_stream s);
+/* out[r][o] += bias[o] for n_rows rows of n_out. */
+void hx_cuda_add_bias(float *out, const float *bias, int64_t n_rows, int64_t n_out,
+                      hx_cuda_stream s);
+/* out[t] = row ids[t] of the table w, as f32. */
+void hx_cuda_embed(const hx_cuda_wmat *w, const int32_t *ids, int64_t n_tok, float *out,
+                   hx_cuda_stream s);
+
+void hx_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t d, float eps,
+                     float *out, hx_cuda_stream s);
+/* inv_freq [n_rot / 2]; pairs as in hx_rope. */
+void hx_cuda_rope(float *x, const int32_t *pos, int64_t n_tok, int32_t n_head, int32_t d_head,
+                  const float *inv_freq, int32_t n_rot, float mscale, int pairs,
+                  hx_cuda_stream s);
+
+/* The KV store of backend.h in f16, and one sequence's block table on the device. */
+typedef struct {
+    uint16_t *k, *v;
+    int32_t   n_layer, n_kv_head, d_head, block_tokens;
+} hx_cuda_kv;
+
+void hx_cuda_kv_write(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,
+                      const int32_t *pos, const float *k, const float *v, int64_t n_tok,
+                      hx_cuda_stream s);
+/* Causal attention of n_tok rows of q [n_tok, n_head, d_head] over the sequence's cache
+ * (row t sees positions up to pos[t], from pos[t] - window + 1 when window > 0). */
+void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,
+                       const float *q, const int32_t *pos, int64_t n_tok, int32_t n_head,
+                       float scale, int32_t window, float softcap, float *out, hx_cuda_stream s);
+
+void hx_cuda_gather_rows(const float *src, const int32_t *rows, int64_t n, int64_t d,
+                         float *dst, hx_cuda_stream s);
+/* act 0: silu(gate) * up; 1: gelu_tanh(gate) * up. */
+void hx_cuda_glu(const float *gate, const float *up, int64_t n, int act, float *out,
+                 hx_cuda_stream s);
+void hx_cuda_add(float *x, const float *y, int64_t n, hx_cuda_stream s);
+void hx_cuda_scale(float *x, float f, int64_t n, hx_cuda_stream s);
+void hx_cuda_softcap(float *x, float cap, int64_t n, hx_cuda_stream s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

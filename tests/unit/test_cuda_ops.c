@@ -1,0 +1,522 @@
+/* test_cuda_ops.c - every op of the CUDA backend against the CPU (backend/cuda/cuda_backend.h).
+ *
+ * Each case draws fresh random inputs in odd sizes, runs the op on the GPU and the same op on
+ * the CPU backend (or a float64 loop over the reference dequantizer, for matmul and embed), and
+ * compares by relative error ||gpu - ref|| / ||ref|| against a stated tolerance:
+ *  - 1e-5: f32 arithmetic that differs only in summation order and FMA contraction (the GEMV,
+ *    norms, rope, element-wise ops, attention over the same f16 cache);
+ *  - 3e-3: matmuls of more than HX_CUDA_GEMV_ROWS rows, whose inputs cuBLAS takes in f16 (each
+ *    rounded by up to 2^-11; the errors of a long dot product mostly cancel, ~1e-3 measured);
+ *  - exact: the embedding lookup, the f16 cache write and block copies.
+ * Outputs are poisoned with NaN first, so an element the GPU never writes fails. The backend
+ * keeps what it uploaded keyed by host address (a backend serves one model, whose tensors live
+ * as long as it does), so every tensor here stays allocated until its backend is gone.
+ *
+ * Without a GPU (or in a build without CUDA) every case prints "skip:" and passes: CI has no
+ * GPU; the cases run on the lent H200 (docs/performance.md says how). */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/device.h"
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/f16.h"
+#include "check.h"
+#include "tensor/dtype.h"
+#include "tensor/tensor.h"
+
+#ifdef HX_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/kernels.h"
+
+static hx_backend *gpu, *cpu;
+
+/* Opens both backends once; false (with a printed reason) when there is no GPU to test. */
+static bool open_backends(void)
+{
+    if (gpu) return true;
+    hx_err err = {0};
+    if (hx_backend_open("cuda", 0, 0, &gpu, &err) != HX_OK) {
+        printf("skip: %s\n", err.msg);
+        return false;
+    }
+    if (hx_cpu_backend_create(1, 0, &cpu, &err) != HX_OK ||
+        cpu->reserve(cpu, 4096, 64, &err) != HX_OK) {
+        printf("skip: CPU backend: %s\n", err.msg);
+        return false;
+    }
+    return true;
+}
+
+#define NEED_GPU() do { if (!open_backends()) return 0; } while (0)
+
+static uint32_t seed = 0x9e3779b9u;
+
+static void fill(float *x, int64_t n, float lo, float hi)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = check_rng_range(&seed, lo, hi);
+}
+
+/* Device copy of n floats (or, with x NULL, n floats of NaN). */
+static float *dev(const float *x, int64_t n)
+{
+    float *d = gpu->alloc(gpu, (size_t)n * sizeof *d);
+    if (x) cudaMemcpy(d, x, (size_t)n * sizeof *d, cudaMemcpyHostToDevice);
+    else cudaMemset(d, 0xff, (size_t)n * sizeof *d); /* all-ones bits: NaN */
+    return d;
+}
+
+static void back(float *h, const float *d, int64_t n)
+{
+    gpu->read(gpu, h, d, (size_t)n * sizeof *h);
+}
+
+/* ||a - b|| / ||b|| over n values; infinite when a has a NaN (an unwritten element). */
+static double rel_err(const float *a, const float *b, int64_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(a[i]) != isnan(b[i])) return INFINITY;
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+#define CHECK_REL(a, b, n, tol) do { const double e_ = rel_err(a, b, n); \
+    if (!(e_ <= (tol))) CHECK_FAIL("%s vs %s: relative error %.3g (tol %g)", #a, #b, e_, \
+                                   (double)(tol)); } while (0)
+
+/* ---- random weights in every format ---- */
+
+/* A weight tensor of n_out x n_in in dtype dt: random bytes, with every scale field set to a
+ * small random f16 so values stay finite and tame (the dequantizer defines the values). */
+typedef struct {
+    hx_tensor t;
+    uint8_t  *q, *s, *b;
+} weight;
+
+static void put_f16(uint8_t *p, float v)
+{
+    const uint16_t h = hx_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+static int weight_make(weight *w, hx_dtype dt, int64_t n_out, int64_t n_in)
+{
+    memset(w, 0, sizeof *w);
+    const size_t row = hx_dtype_row_bytes(dt, n_in), bytes = row * (size_t)n_out;
+    CHECK(row > 0);
+    w->q = hx_alloc(bytes);
+    CHECK(w->q);
+    for (size_t i = 0; i < bytes; i++) w->q[i] = (uint8_t)check_rng(&seed);
+    const int32_t bn = hx_dtypes[dt].block_n, bb = hx_dtypes[dt].block_bytes;
+    for (size_t blk = 0; blk < bytes / (size_t)bb && dt != HX_DT_MLX4 && dt != HX_DT_MLX8; blk++) {
+        uint8_t *p = w->q + blk * (size_t)bb;
+        switch (dt) {
+        case HX_DT_F32:
+            for (int i = 0; i < bn; i++) {
+                const float v = check_rng_range(&seed, -1, 1);
+                memcpy(p + 4 * i, &v, 4);
+            }
+            break;
+        case HX_DT_F16:
+        case HX_DT_BF16:
+            for (int i = 0; i < bn; i++) {
+                const float v = check_rng_range(&seed, -1, 1);
+                uint32_t u;
+                memcpy(&u, &v, 4);
+                const uint16_t h = dt == HX_DT_F16 ? hx_f32_to_f16(v) : (uint16_t)(u >> 16);
+                memcpy(p + 2 * i, &h, 2);
+            }
+            break;
+        case HX_DT_Q4_0: case HX_DT_Q8_0: put_f16(p, check_rng_range(&seed, 0.001f, 0.05f)); break;
+        case HX_DT_Q4_1:
+            put_f16(p, check_rng_range(&seed, 0.001f, 0.05f));
+            put_f16(p + 2, check_rng_range(&seed, -0.3f, 0.0f));
+            break;
+        case HX_DT_Q4_K: case HX_DT_Q5_K:
+            put_f16(p, check_rng_range(&seed, 0.0005f, 0.003f));
+            put_f16(p + 2, check_rng_range(&seed, 0.0005f, 0.003f));
+            break;
+        case HX_DT_Q6_K: put_f16(p + 208, check_rng_range(&seed, 0.0005f, 0.003f)); break;
+        default: break;
+        }
+    }
+    w->t = (hx_tensor){.dtype = dt, .n_dims = 2, .shape = {n_out, n_in}, .data = w->q,
+                       .n_bytes = bytes};
+    if (dt == HX_DT_MLX4 || dt == HX_DT_MLX8) {
+        const int32_t gs = 64;
+        const int64_t n_sb = n_out * (n_in / gs);
+        w->s = hx_alloc((size_t)n_sb * 2);
+        w->b = hx_alloc((size_t)n_sb * 2);
+        CHECK(w->s && w->b);
+        for (int64_t i = 0; i < n_sb; i++) {
+            put_f16(w->s + 2 * i, check_rng_range(&seed, 0.001f, 0.02f));
+            put_f16(w->b + 2 * i, check_rng_range(&seed, -0.1f, 0.1f));
+        }
+        w->t.scales = w->s;
+        w->t.biases = w->b;
+        w->t.sb_dtype = HX_DT_F16;
+        w->t.group_size = gs;
+    }
+    return 0;
+}
+
+static void weight_free(weight *w)
+{
+    hx_free(w->q);
+    hx_free(w->s);
+    hx_free(w->b);
+}
+
+static const hx_dtype all_formats[] = {HX_DT_F32,  HX_DT_F16,  HX_DT_BF16, HX_DT_Q4_0,
+                                       HX_DT_Q4_1, HX_DT_Q8_0, HX_DT_Q4_K, HX_DT_Q5_K,
+                                       HX_DT_Q6_K, HX_DT_MLX4, HX_DT_MLX8};
+
+/* out[r][o] = w[o] . x[r] + bias[o] in double, from the reference dequantizer. */
+static void matmul_ref(const hx_tensor *w, const float *bias, const float *x, int64_t n_rows,
+                       float *out)
+{
+    const int64_t n_out = w->shape[0], n_in = w->shape[1];
+    float *row = hx_alloc((size_t)n_in * sizeof *row);
+    for (int64_t o = 0; o < n_out; o++) {
+        hx_tensor_dequant_row(w, o, row);
+        for (int64_t r = 0; r < n_rows; r++) {
+            double s = bias ? bias[o] : 0.0;
+            for (int64_t i = 0; i < n_in; i++) s += (double)row[i] * x[r * n_in + i];
+            out[r * n_out + o] = (float)s;
+        }
+    }
+    hx_free(row);
+}
+
+/* Every format through `weight` and `matmul`, at row counts on both paths (GEMV up to
+ * HX_CUDA_GEMV_ROWS, cuBLAS above), with and without a bias. */
+static int test_matmul_formats(void)
+{
+    NEED_GPU();
+    hx_err err = {0};
+    const int64_t n_out = 131, n_in = 768, rows[] = {1, 3, 8, 37};
+    CHECK(gpu->reserve(gpu, n_in, 64, &err) == HX_OK);
+    static weight ws[HX_COUNTOF(all_formats)];
+    static float bias_vs[HX_COUNTOF(all_formats)][131];
+    for (size_t f = 0; f < HX_COUNTOF(all_formats); f++) {
+        weight *wp = &ws[f];
+        if (weight_make(wp, all_formats[f], n_out, n_in)) return 1;
+        const weight w = *wp;
+        const hx_tensor *pw = gpu->weight(gpu, &w.t, &err);
+        CHECK(pw != NULL);
+        /* reserve again: the chunk buffer is sized from the weights seen */
+        CHECK(gpu->reserve(gpu, n_in, 64, &err) == HX_OK);
+        float *bias_v = bias_vs[f];
+        fill(bias_v, n_out, -1, 1);
+        const hx_tensor bias = {.dtype = HX_DT_F32, .n_dims = 1, .shape = {n_out},
+                                .data = bias_v, .n_bytes = (size_t)n_out * sizeof *bias_v};
+        for (size_t k = 0; k < HX_COUNTOF(rows); k++) {
+            const int64_t n = rows[k];
+            float *x = hx_alloc((size_t)(n * n_in) * sizeof *x);
+            float *got = hx_alloc((size_t)(n * n_out) * sizeof *got);
+            float *want = hx_alloc((size_t)(n * n_out) * sizeof *want);
+            fill(x, n * n_in, -1, 1);
+            const bool with_bias = k % 2 == 1;
+            float *dx = dev(x, n * n_in), *dout = dev(NULL, n * n_out);
+            gpu->matmul(gpu, pw, with_bias ? &bias : NULL, dx, n, dout);
+            back(got, dout, n * n_out);
+            matmul_ref(&w.t, with_bias ? bias_v : NULL, x, n, want);
+            const double tol = n <= HX_CUDA_GEMV_ROWS || all_formats[f] == HX_DT_F32 ? 1e-5
+                                                                                    : 3e-3;
+            const double e = rel_err(got, want, n * n_out);
+            if (!(e <= tol))
+                CHECK_FAIL("format %s, %lld rows: relative error %.3g (tol %g)",
+                           hx_dtypes[all_formats[f]].name, (long long)n, e, tol);
+            gpu->free(gpu, dx);
+            gpu->free(gpu, dout);
+            hx_free(x);
+            hx_free(got);
+            hx_free(want);
+        }
+        gpu->weight_release(gpu, pw); /* the weight's memory stays: see the file comment */
+    }
+    return 0;
+}
+
+/* A large output dimension runs the cuBLAS path in several dequantized chunks. */
+static int test_matmul_chunks(void)
+{
+    NEED_GPU();
+    hx_err err = {0};
+    const int64_t n_out = 40961, n_in = 1024, n = 19; /* 42M weights: two 32M-element chunks */
+    weight w;
+    if (weight_make(&w, HX_DT_Q4_0, n_out, n_in)) return 1;
+    const hx_tensor *pw = gpu->weight(gpu, &w.t, &err);
+    CHECK(pw != NULL);
+    CHECK(gpu->reserve(gpu, n_in, 64, &err) == HX_OK);
+    float *x = hx_alloc((size_t)(n * n_in) * sizeof *x);
+    float *got = hx_alloc((size_t)(n * n_out) * sizeof *got);
+    float *want = hx_alloc((size_t)(n * n_out) * sizeof *want);
+    fill(x, n * n_in, -1, 1);
+    float *dx = dev(x, n * n_in), *dout = dev(NULL, n * n_out);
+    gpu->matmul(gpu, pw, NULL, dx, n, dout);
+    back(got, dout, n * n_out);
+    matmul_ref(&w.t, NULL, x, n, want);
+    CHECK_REL(got, want, n * n_out, 3e-3);
+    gpu->free(gpu, dx);
+    gpu->free(gpu, dout);
+    gpu->weight_release(gpu, pw);
+    weight_free(&w);
+    hx_free(x);
+    hx_free(got);
+    hx_free(want);
+    return 0;
+}
+
+/* Rows of every format's table, exactly as the reference dequantizer gives them. */
+static int test_embed_formats(void)
+{
+    NEED_GPU();
+    const int64_t n_vocab = 45, d = 512, n_tok = 7;
+    const int32_t ids[7] = {44, 0, 3, 3, 17, 29, 1};
+    static weight ws[HX_COUNTOF(all_formats)];
+    for (size_t f = 0; f < HX_COUNTOF(all_formats); f++) {
+        weight w;
+        if (weight_make(&ws[f], all_formats[f], n_vocab, d)) return 1;
+        w = ws[f];
+        float got[7 * 512], want[7 * 512];
+        float *dout = dev(NULL, n_tok * d);
+        gpu->embed(gpu, &w.t, ids, n_tok, dout);
+        back(got, dout, n_tok * d);
+        for (int64_t t = 0; t < n_tok; t++) hx_tensor_dequant_row(&w.t, ids[t], want + t * d);
+        for (int64_t i = 0; i < n_tok * d; i++)
+            if (!(fabsf(got[i] - want[i]) <= 1e-6f * fmaxf(1.0f, fabsf(want[i]))))
+                CHECK_FAIL("format %s element %lld: %.9g vs %.9g", hx_dtypes[all_formats[f]].name,
+                           (long long)i, got[i], want[i]);
+        gpu->free(gpu, dout);
+    }
+    return 0;
+}
+
+/* rmsnorm, rope (both layouts, partial rotation, YaRN's mscale), the gated activations,
+ * add/scale/softcap and gather_rows: the GPU against the CPU backend on the same inputs. */
+static int test_row_ops(void)
+{
+    NEED_GPU();
+    enum { T = 5, H = 3, DH = 96, D = H * DH };
+    static float x[T * D], y[T * D], w_v[D], a[T * D], b[T * D];
+    fill(x, T * D, -3, 3);
+    fill(y, T * D, -3, 3);
+    fill(w_v, D, 0.5f, 1.5f);
+    const hx_tensor w = {.dtype = HX_DT_F32, .n_dims = 1, .shape = {D}, .data = w_v,
+                         .n_bytes = sizeof w_v};
+    float *dx = dev(x, T * D), *dy = dev(y, T * D), *dout = dev(NULL, T * D);
+    /* rmsnorm, rows of D and rows of DH (the per-head q/k norm) */
+    gpu->rmsnorm(gpu, dx, &w, T, D, 1e-5f, dout);
+    back(a, dout, T * D);
+    cpu->rmsnorm(cpu, x, &w, T, D, 1e-5f, b);
+    CHECK_REL(a, b, T * D, 1e-5);
+    /* rope */
+    const int32_t pos[T] = {0, 7, 8, 1000, 31999};
+    float inv_freq[DH / 2];
+    for (int i = 0; i < DH / 2; i++) inv_freq[i] = powf(10000.0f, -2.0f * i / 64.0f);
+    const hx_rope ropes[] = {{inv_freq, DH, 1.0f, true}, {inv_freq, 64, 1.2f, false}};
+    for (size_t r = 0; r < HX_COUNTOF(ropes); r++) {
+        float *d = dev(x, T * D);
+        gpu->rope(gpu, d, pos, T, H, DH, &ropes[r]);
+        back(a, d, T * D);
+        memcpy(b, x, sizeof b);
+        cpu->rope(cpu, b, pos, T, H, DH, &ropes[r]);
+        CHECK_REL(a, b, T * D, 1e-5);
+        gpu->free(gpu, d);
+    }
+    /* gated activations */
+    gpu->swiglu(gpu, dx, dy, T * D, dout);
+    back(a, dout, T * D);
+    cpu->swiglu(cpu, x, y, T * D, b);
+    CHECK_REL(a, b, T * D, 1e-5);
+    gpu->geglu(gpu, dx, dy, T * D, dout);
+    back(a, dout, T * D);
+    cpu->geglu(cpu, x, y, T * D, b);
+    CHECK_REL(a, b, T * D, 1e-5);
+    /* add, scale, softcap in place */
+    float *dz = dev(x, T * D);
+    memcpy(b, x, sizeof b);
+    gpu->add(gpu, dz, dy, T * D);
+    cpu->add(cpu, b, y, T * D);
+    gpu->scale(gpu, dz, 0.37f, T * D);
+    cpu->scale(cpu, b, 0.37f, T * D);
+    gpu->softcap(gpu, dz, 1.5f, T * D);
+    cpu->softcap(cpu, b, 1.5f, T * D);
+    back(a, dz, T * D);
+    CHECK_REL(a, b, T * D, 1e-5);
+    /* gather_rows: exact */
+    const int32_t rows[3] = {4, 0, 4};
+    float *dg = dev(NULL, 3 * D);
+    gpu->gather_rows(gpu, dx, rows, 3, D, dg);
+    back(a, dg, 3 * D);
+    cpu->gather_rows(cpu, x, rows, 3, D, b);
+    CHECK(memcmp(a, b, 3 * D * sizeof(float)) == 0);
+    float *bufs[] = {dx, dy, dout, dz, dg};
+    for (size_t i = 0; i < HX_COUNTOF(bufs); i++) gpu->free(gpu, bufs[i]);
+    return 0;
+}
+
+/* The same KV pool on both backends: blocks in shuffled order, several sequences' worth of
+ * rows written, then attention of a chunk of rows (prefill) and of single rows (decode), with a
+ * sliding window and a soft cap, at head sizes on the vector path (64, 128) and off it (80). */
+static int attention_case(int32_t d_head, int32_t n_head, int32_t n_kv, int32_t window,
+                          float softcap)
+{
+    enum { BT = 16, N_CTX = 150, LAYERS = 2, LAYER = 1 };
+    hx_err err = {0};
+    const int32_t kvd = n_kv * d_head, qd = n_head * d_head, n_blocks = N_CTX / BT + 4;
+    hx_kv_store kc = {.n_blocks = n_blocks, .block_tokens = BT, .n_layer = LAYERS,
+                      .n_kv_head = n_kv, .d_head = d_head, .kv_dim = kvd, .dtype = HX_KV_F16};
+    hx_kv_store kg = kc;
+    CHECK(cpu->kv_alloc(cpu, &kc, &err) == HX_OK);
+    CHECK(gpu->kv_alloc(gpu, &kg, &err) == HX_OK);
+    int32_t blocks[16];
+    for (int32_t i = 0; i < n_blocks; i++) blocks[i] = (i * 7 + 3) % n_blocks; /* a permutation */
+    const hx_kv_seq seq = {blocks, N_CTX};
+    int32_t pos[N_CTX];
+    for (int32_t i = 0; i < N_CTX; i++) pos[i] = i;
+    float *k = hx_alloc((size_t)N_CTX * kvd * sizeof *k), *v = hx_alloc((size_t)N_CTX * kvd * sizeof *v);
+    float *q = hx_alloc((size_t)N_CTX * qd * sizeof *q);
+    float *a = hx_alloc((size_t)N_CTX * qd * sizeof *a), *b = hx_alloc((size_t)N_CTX * qd * sizeof *b);
+    fill(k, (int64_t)N_CTX * kvd, -1, 1);
+    fill(v, (int64_t)N_CTX * kvd, -1, 1);
+    fill(q, (int64_t)N_CTX * qd, -1, 1);
+    float *dk = dev(k, (int64_t)N_CTX * kvd), *dv = dev(v, (int64_t)N_CTX * kvd);
+    float *dq = dev(q, (int64_t)N_CTX * qd), *dout = dev(NULL, (int64_t)N_CTX * qd);
+    /* write in two calls (a prompt chunk, then the rest) like a prefill in steps */
+    const int32_t split = 97;
+    gpu->kv_write(gpu, &kg, LAYER, &seq, pos, dk, dv, split);
+    gpu->kv_write(gpu, &kg, LAYER, &seq, pos + split, dk + (int64_t)split * kvd,
+                  dv + (int64_t)split * kvd, N_CTX - split);
+    cpu->kv_write(cpu, &kc, LAYER, &seq, pos, k, v, N_CTX);
+    /* the f16 caches hold the same bits */
+    const size_t kv_bytes = (size_t)n_blocks * LAYERS * BT * kvd * 2;
+    uint16_t *kcopy = hx_alloc(kv_bytes);
+    gpu->read(gpu, kcopy, kg.k, kv_bytes);
+    CHECK(memcmp(kcopy, kc.k, kv_bytes) == 0);
+    gpu->read(gpu, kcopy, kg.v, kv_bytes);
+    CHECK(memcmp(kcopy, kc.v, kv_bytes) == 0);
+    const hx_attn_shape shape = {n_head, n_kv, d_head, 1.0f / sqrtf((float)d_head), window,
+                                 softcap};
+    /* prefill: every row at once */
+    gpu->attention(gpu, &kg, LAYER, &seq, dq, pos, N_CTX, &shape, dout);
+    back(a, dout, (int64_t)N_CTX * qd);
+    cpu->attention(cpu, &kc, LAYER, &seq, q, pos, N_CTX, &shape, b);
+    CHECK_REL(a, b, (int64_t)N_CTX * qd, 1e-5);
+    /* decode: the last row alone */
+    gpu->attention(gpu, &kg, LAYER, &seq, dq + (int64_t)(N_CTX - 1) * qd, pos + N_CTX - 1, 1,
+                   &shape, dout);
+    back(a, dout, qd);
+    CHECK_REL(a, b + (int64_t)(N_CTX - 1) * qd, qd, 1e-5);
+    /* kv_copy: block 0 over block n_blocks-1, byte for byte */
+    gpu->kv_copy(gpu, &kg, blocks[0], blocks[n_blocks - 1]);
+    cpu->kv_copy(cpu, &kc, blocks[0], blocks[n_blocks - 1]);
+    gpu->read(gpu, kcopy, kg.k, kv_bytes);
+    CHECK(memcmp(kcopy, kc.k, kv_bytes) == 0);
+    hx_free(kcopy);
+    float *bufs[] = {dk, dv, dq, dout};
+    for (size_t i = 0; i < HX_COUNTOF(bufs); i++) gpu->free(gpu, bufs[i]);
+    hx_free(k);
+    hx_free(v);
+    hx_free(q);
+    hx_free(a);
+    hx_free(b);
+    cpu->kv_free(cpu, &kc);
+    gpu->kv_free(gpu, &kg);
+    return 0;
+}
+
+static int test_attention(void)
+{
+    NEED_GPU();
+    return attention_case(64, 9, 3, 0, 0.0f) || attention_case(128, 8, 8, 0, 0.0f) ||
+           attention_case(80, 4, 2, 0, 0.0f) || attention_case(64, 4, 1, 40, 0.0f) ||
+           attention_case(128, 4, 2, 0, 30.0f) || attention_case(256, 4, 2, 20, 50.0f);
+}
+
+/* A quantized KV cache is refused with a clear error (the GPU keeps f16). */
+static int test_kv_dtype_refused(void)
+{
+    NEED_GPU();
+    hx_err err = {0};
+    hx_kv_store kv = {.n_blocks = 4, .block_tokens = 16, .n_layer = 1, .n_kv_head = 1,
+                      .d_head = 64, .kv_dim = 64, .dtype = HX_KV_Q8};
+    CHECK(gpu->kv_alloc(gpu, &kv, &err) == HX_E_UNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "f16");
+    return 0;
+}
+
+/* Device memory is reported and sane. */
+static int test_mem_info(void)
+{
+    NEED_GPU();
+    int64_t f = -1, t = -1;
+    gpu->mem_info(gpu, &f, &t);
+    CHECK(t > 0 && f > 0 && f <= t);
+    hx_gpu_info g[8];
+    const char *why = NULL;
+    CHECK(hx_gpu_list(g, 8, &why) >= 1);
+    CHECK(g[0].total_bytes == t && g[0].cc_major >= 7 && g[0].n_sm > 0);
+    return 0;
+}
+#else
+static int skip_no_cuda(void)
+{
+    printf("skip: this build has no CUDA backend (nvcc was not found)\n");
+    return 0;
+}
+#define test_matmul_formats  skip_no_cuda
+#define test_matmul_chunks   skip_no_cuda
+#define test_embed_formats   skip_no_cuda
+#define test_row_ops         skip_no_cuda
+#define test_attention       skip_no_cuda
+#define test_kv_dtype_refused skip_no_cuda
+#define test_mem_info        skip_no_cuda
+#endif
+
+/* Without CUDA in the build (or a GPU on the machine), asking for it is a clear error. */
+static int test_device_names(void)
+{
+    hx_backend *be = NULL;
+    hx_err err = {0};
+    CHECK(hx_backend_open("tpu", 0, 0, &be, &err) == HX_E_INVALID);
+    CHECK_CONTAINS(err.msg, "unknown device");
+    CHECK(!hx_device_is_gpu("cpu") && hx_device_is_gpu("cuda") && hx_device_is_gpu("cuda:1"));
+    CHECK(!hx_device_is_gpu("cuda:") && !hx_device_is_gpu("cuda:x") && !hx_device_is_gpu("cudax"));
+    CHECK(hx_backend_open("cpu", 1, 0, &be, &err) == HX_OK);
+    be->destroy(be);
+    hx_err e2 = {0};
+    const hx_status st = hx_backend_open("cuda:999", 0, 0, &be, &e2);
+    CHECK(st == HX_E_UNSUPPORTED || st == HX_E_NOTFOUND);
+    CHECK(be == NULL);
+    CHECK(strstr(e2.msg, "CUDA") || strstr(e2.msg, "cuda"));
+    return 0;
+}
+
+static const check_case cases[] = {
+    { "device_names", test_device_names },
+    { "matmul_formats", test_matmul_formats },
+    { "matmul_chunks", test_matmul_chunks },
+    { "embed_formats", test_embed_formats },
+    { "row_ops", test_row_ops },
+    { "attention", test_attention },
+    { "kv_dtype_refused", test_kv_dtype_refused },
+    { "mem_info", test_mem_info },
+};
+
+int main(int argc, char **argv)
+{
+    const int r = check_run(cases, HX_COUNTOF(cases), argc, argv);
+#ifdef HX_HAVE_CUDA
+    if (gpu) gpu->destroy(gpu);
+    if (cpu) cpu->destroy(cpu);
+#endif
+    return r;
+}
