@@ -5,7 +5,10 @@ answers 200, stop it with SIGTERM and check that it exits cleanly.
         requests_to(s.url + "/v1/models")
 
 The server prints a line holding its URL (http://HOST:PORT/) on stdout once it listens; its
-stderr (the request log) is kept in s.log() for assertions."""
+stderr (the request log) is kept in s.log() for assertions.
+
+HEARTH_TEST_DEVICE=cuda (or cuda:N) runs every server of the suite on that device: how the
+suite is run against a GPU-backed server on a machine that has one."""
 import http.client
 import json
 import os
@@ -24,6 +27,8 @@ from conftest import HEARTH
 class Server:
     def __init__(self, model="smollm2", *args, env=None, ready_timeout=60):
         self.argv = [HEARTH, "serve", model, "--port", "0", *args]
+        if os.environ.get("HEARTH_TEST_DEVICE") and "--device" not in args:
+            self.argv += ["--device", os.environ["HEARTH_TEST_DEVICE"]]
         self.env = dict(os.environ)
         self.env.update(env or {})
         self.ready_timeout = ready_timeout
