@@ -209,7 +209,7 @@ int main(int argc, char **argv)
     const int reps = argc > 2 ? atoi(argv[2]) : 50;
     hx_err err = {0};
     hx_loaded_model m;
-    if (hx_loaded_model_open(argv[1], 0, 0, false, &m, &err) != HX_OK) die(argv[1], &err);
+    if (hx_loaded_model_open(argv[1], NULL, 0, 0, false, &m, &err) != HX_OK) die(argv[1], &err);
     hx_grammar_vocab *v = NULL;
     hx_grammar *g = NULL;
     const char *text = hx_json_object_grammar();

@@ -107,12 +107,19 @@ typedef struct {        /* fields are appended, never reordered */
     int32_t n_threads;  /* 0: one per physical core */
     int32_t n_ctx;      /* positions per session; 0: the model's, at most 8192 */
     bool    int8_kernels; /* faster int8-activation matmuls, slightly less exact */
+    /* Where sessions run: NULL or "cpu" (the default), "cuda" (the first GPU) or "cuda:N".
+     * Borrowed for the call only (hx_model_open keeps a copy). n_threads and int8_kernels are
+     * the CPU's and ignored on a GPU, where each session uploads its own copy of the weights. */
+    const char *device;
 } hx_model_params;
 HX_API hx_model_params hx_model_params_default(void);
 
 /* Opens MODEL (a path, a Hugging Face repo id in the HF cache, or part of a local model's name)
  * for inference. params may be NULL (defaults). On success *out owns the model
- * (hx_model_close); on failure errbuf, if given, gets one line naming the file and problem. */
+ * (hx_model_close); on failure errbuf, if given, gets one line naming the file and problem.
+ * A device other than the CPU is tried here, so that a session can open there: HX_E_INVALID for
+ * an unknown name, HX_E_UNSUPPORTED when this libhearth was built without CUDA, HX_E_NOTFOUND
+ * when there is no such GPU, each with its line in errbuf. */
 HX_API hx_status hx_model_open(const char *model, const hx_model_params *params, hx_model **out,
                                char *errbuf, size_t errbuf_len);
 HX_API void      hx_model_close(hx_model *model); /* after every session of it is closed */
@@ -166,7 +173,9 @@ typedef struct {
 typedef bool (*hx_piece_cb)(const char *piece, size_t len, void *user_data);
 
 /* A conversation over model. params may be NULL (the model's params). *out is closed with
- * hx_session_close, which accepts NULL. */
+ * hx_session_close, which accepts NULL. The session's backend opens on params->device: the
+ * failures hx_model_open lists for a device, and HX_E_NOMEM when a GPU cannot hold the weights
+ * and the KV cache. */
 HX_API hx_status hx_session_open(hx_model *model, const hx_model_params *params,
                                  hx_session **out);
 HX_API void      hx_session_close(hx_session *s);

@@ -2,13 +2,14 @@
  *
  * hx_model owns what every conversation shares and never changes: the model files (mapped),
  * the tokenizer and the compiled chat template. hx_session owns what one conversation mutates:
- * a backend (its thread pool and scratch), the bound model (activation buffers) and a sequence
- * (KV cache). */
+ * a backend on the device its params name (a thread pool and scratch on the CPU; on a GPU the
+ * uploaded weights too), the bound model (activation buffers) and a sequence (KV cache). */
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/device.h"
 #include "base/alloc.h"
 #include "engine/chat_prompt.h"
 #include "engine/sequence.h"
@@ -20,7 +21,8 @@ struct hx_model {
     hx_model_files *mf;
     hx_tokenizer   *tok;
     hx_template    *tpl; /* NULL when the model has no chat template */
-    hx_model_params params;
+    hx_model_params params; /* params.device points at device */
+    char           *device; /* the caller's device name, copied; NULL: the CPU */
 };
 
 struct hx_session {
@@ -33,7 +35,19 @@ struct hx_session {
 
 HX_API hx_model_params hx_model_params_default(void)
 {
-    return (hx_model_params){.n_threads = 0, .n_ctx = 0, .int8_kernels = false};
+    return (hx_model_params){.n_threads = 0, .n_ctx = 0, .int8_kernels = false, .device = NULL};
+}
+
+/* Opens and closes one backend on a device other than the CPU, so that a name that is wrong or
+ * a GPU that is missing fails at hx_model_open, which can say why (a failed hx_session_open has
+ * no session to carry the message). The CPU always opens. */
+static hx_status check_device(const char *device, hx_err *err)
+{
+    if (!device || !*device || strcmp(device, "cpu") == 0) return HX_OK;
+    hx_backend *be = NULL;
+    const hx_status st = hx_backend_open(device, 1, 0, &be, err);
+    if (be) be->destroy(be);
+    return st;
 }
 
 HX_API void hx_free_string(char *s) { hx_free(s); }
@@ -44,8 +58,12 @@ HX_API hx_status hx_model_open(const char *model, const hx_model_params *params,
     hx_err err = {0};
     char *path = NULL;
     hx_model *m = hx_calloc(1, sizeof *m);
-    hx_status st = m ? hx_discover_resolve(model, &path, &err)
+    const hx_model_params p = params ? *params : hx_model_params_default();
+    hx_status st = m ? check_device(p.device, &err)
                      : hx_err_set(&err, HX_E_NOMEM, "out of memory");
+    if (st == HX_OK && p.device && !(m->device = hx_strdup(p.device)))
+        st = hx_err_set(&err, HX_E_NOMEM, "out of memory");
+    if (st == HX_OK) st = hx_discover_resolve(model, &path, &err);
     if (st == HX_OK) st = hx_model_files_open(path, &m->mf, &err);
     if (st == HX_OK) st = hx_tokenizer_open(m->mf, &m->tok, &err);
     if (st == HX_OK && m->mf->chat_template)
@@ -56,7 +74,8 @@ HX_API hx_status hx_model_open(const char *model, const hx_model_params *params,
         hx_model_close(m);
         return st;
     }
-    m->params = params ? *params : hx_model_params_default();
+    m->params = p;
+    m->params.device = m->device;
     *out = m;
     return HX_OK;
 }
@@ -67,6 +86,7 @@ HX_API void hx_model_close(hx_model *m)
     hx_template_free(m->tpl);
     hx_tokenizer_close(m->tok);
     hx_model_files_close(m->mf);
+    hx_free(m->device);
     hx_free(m);
 }
 
@@ -118,8 +138,8 @@ HX_API hx_status hx_session_open(hx_model *m, const hx_model_params *params, hx_
     hx_session *s = hx_calloc(1, sizeof *s);
     if (!s) return HX_E_NOMEM;
     s->model = m;
-    hx_status st = hx_cpu_backend_create(p.n_threads, p.int8_kernels ? HX_CPU_INT8_ACT : 0,
-                                         &s->be, &s->err);
+    hx_status st = hx_backend_open(p.device, p.n_threads, p.int8_kernels ? HX_CPU_INT8_ACT : 0,
+                                   &s->be, &s->err);
     if (st == HX_OK) st = hx_llm_open(m->mf, s->be, HX_SEQUENCE_STEP_TOKENS, &s->llm, &s->err);
     if (st == HX_OK) {
         const int32_t ctx = p.n_ctx > 0 ? p.n_ctx : hx_sequence_default_ctx(&m->mf->hp);

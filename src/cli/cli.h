@@ -15,6 +15,7 @@ int hx_cmd_detokenize(int argc, char **argv); /* cmd_tokenize.c */
 int hx_cmd_template(int argc, char **argv);   /* cmd_template.c */
 int hx_cmd_serve(int argc, char **argv);      /* cmd_serve.c */
 int hx_cmd_fit(int argc, char **argv);        /* cmd_fit.c */
+int hx_cmd_devices(int argc, char **argv);    /* cmd_devices.c */
 
 /* Reads a sampling flag (--temp --top-k --top-p --min-p --seed) and its value into f: 1 when flag
  * is one of them, 0 when it is not, -1 (after a message naming it) when value is not valid. */

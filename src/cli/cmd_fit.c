@@ -1,16 +1,20 @@
 /* cmd_fit.c - `hearth fit MODEL [--ctx N] [--batch B] [--kv f16|q8|q4] [--memory-budget GB]
- * [--threads N] [--json] [--no-speed]`.
+ * [--threads N] [--device NAME] [--json] [--no-speed]`.
  *
  * Prints the memory contract of engine/fit.h for a model without loading its weights: each
  * term, the total against the budget, the largest safe context, the bytes one decoded token
  * reads and, from a short bandwidth probe (base/membw.h), the decode speed the memory roofline
- * allows. The text and the JSON come from the same report. Exit status: 0 when the model fits,
- * 1 when it does not (the report is still printed) or cannot be opened, 2 on usage errors. */
+ * allows. With --device cuda[:N] the fit is of that GPU's memory, read from the driver
+ * (hx_gpu_list) without opening a backend; the probe measures the host's memory, so there is
+ * no speed prediction then. The text and the JSON come from the same report. Exit status: 0
+ * when the model fits, 1 when it does not (the report is still printed) or the model or device
+ * cannot be opened, 2 on usage errors. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/device.h"
 #include "base/alloc.h"
 #include "base/membw.h"
 #include "cli/cli.h"
@@ -21,9 +25,12 @@
 
 #define PROBE_THREADS 2   /* the bandwidth probe's default: what one decode stream gets */
 #define PROBE_MS      300
+#define MAX_GPUS      64
 
 typedef struct {
     const char    *model;
+    const char    *device; /* NULL: the CPU */
+    hx_gpu_info    gpu;    /* the GPU the fit is of (device names one) */
     hx_fit_params  p;
     int            probe_threads;
     bool           json, speed;
@@ -38,6 +45,8 @@ static void usage(void)
             "  --kv f16|q8|q4      KV cache element type (default f16)\n"
             "  --memory-budget GB  the budget in decimal GB (default: 75%% of RAM)\n"
             "  --threads N         CPU threads (default: physical cores; the probe uses 2)\n"
+            "  --device NAME       cpu, cuda or cuda:N: fit the GPU's memory instead of the\n"
+            "                      host's (default cpu; the budget: 95%% of its free memory)\n"
             "  --json              the report as one JSON object (sizes in bytes)\n"
             "  --no-speed          skip the bandwidth probe and the speed prediction\n"
             "exit status: 0 fits, 1 does not fit (or the model cannot be opened), 2 usage\n");
@@ -53,6 +62,8 @@ static bool parse_int(const char *s, long lo, long hi, long *out)
     return true;
 }
 
+/* Reads the options into o: 0 to go on, 2 (after a message) on a usage error, -1 when --help
+ * printed the usage (exit 0). */
 static int parse(int argc, char **argv, fit_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -62,7 +73,10 @@ static int parse(int argc, char **argv, fit_opts *o)
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
-        if (strcmp(a, "--json") == 0) {
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage();
+            return -1;
+        } else if (strcmp(a, "--json") == 0) {
             o->json = true;
         } else if (strcmp(a, "--no-speed") == 0) {
             o->speed = false;
@@ -72,6 +86,8 @@ static int parse(int argc, char **argv, fit_opts *o)
         } else if (strcmp(a, "--batch") == 0 && v) {
             if (!parse_int(v, 1, 4096, &n)) goto bad;
             o->p.n_batch = (int32_t)n, i++;
+        } else if (strcmp(a, "--device") == 0 && v) {
+            o->device = v, i++;
         } else if (strcmp(a, "--threads") == 0 && v) {
             if (!parse_int(v, 1, 256, &n)) goto bad;
             o->p.n_threads = o->probe_threads = (int)n, i++;
@@ -107,10 +123,55 @@ static int parse(int argc, char **argv, fit_opts *o)
     return 0;
 }
 
-static json_t *report_json(const char *path, const hx_fit_report *r, int probe_threads)
+/* Finds the GPU --device names in the driver's list (hx_gpu_list: no backend is opened, so
+ * nothing is allocated on it) and takes its memory into the fit's parameters. 0 to go on (the
+ * CPU: nothing to do), 2 for a name that is no device, 1 when the GPU is not there; both after
+ * one line naming the device and the reason. */
+static int find_gpu(fit_opts *o)
+{
+    const char *d = o->device;
+    if (!d || !*d || strcmp(d, "cpu") == 0) return 0;
+    if (!hx_device_is_gpu(d)) {
+        fprintf(stderr, "hearth fit: unknown device '%s' (expected cpu, cuda or cuda:N)\n", d);
+        return 2;
+    }
+    const int want = strcmp(d, "cuda") == 0 ? 0 : atoi(d + 5); /* "cuda:N", checked above */
+    hx_gpu_info gpus[MAX_GPUS];
+    const char *why = NULL;
+    const int n = hx_gpu_list(gpus, MAX_GPUS, &why);
+    if (n <= 0) {
+        fprintf(stderr, "hearth fit: device '%s': %s; `hearth devices` lists what this hearth "
+                        "has\n", d, why ? why : "no CUDA GPU found");
+        return 1;
+    }
+    if (want >= n || want >= MAX_GPUS) {
+        fprintf(stderr, "hearth fit: device '%s': no such GPU (%d found; `hearth devices` lists "
+                        "them)\n", d, n);
+        return 1;
+    }
+    o->gpu = gpus[want];
+    /* A driver that could not say: the fit still needs a device, so count it as 1 byte. */
+    o->p.device_total_bytes = o->gpu.total_bytes > 0 ? (uint64_t)o->gpu.total_bytes : 1;
+    o->p.device_free_bytes = o->gpu.free_bytes > 0 ? (uint64_t)o->gpu.free_bytes : 0;
+    o->speed = false; /* the probe reads host memory, not the GPU's */
+    return 0;
+}
+
+static json_t *report_json(const char *path, const hx_fit_report *r, const hx_gpu_info *gpu,
+                           int probe_threads)
 {
     json_t *j = json_object();
     json_object_set_new(j, "model", json_string(path));
+    /* Only a GPU adds keys: the CPU's report keeps the shape its readers know. */
+    if (gpu) {
+        char name[32];
+        snprintf(name, sizeof name, "cuda:%d", gpu->index);
+        json_object_set_new(j, "device", json_string(name));
+        json_object_set_new(j, "gpu_name", json_string(gpu->name));
+        json_object_set_new(j, "gpu_memory",
+                            json_pack("{s:I, s:I}", "free_bytes", (json_int_t)r->device_free_bytes,
+                                      "total_bytes", (json_int_t)r->device_total_bytes));
+    }
     json_object_set_new(j, "n_ctx", json_integer(r->n_ctx));
     json_object_set_new(j, "n_batch", json_integer(r->n_batch));
     json_object_set_new(j, "n_threads", json_integer(r->n_threads));
@@ -143,17 +204,28 @@ static json_t *report_json(const char *path, const hx_fit_report *r, int probe_t
     return j;
 }
 
-static void print_text(const char *path, const hx_fit_report *r, int probe_threads)
+static void print_text(const char *path, const hx_fit_report *r, const hx_gpu_info *gpu,
+                       int probe_threads)
 {
     char a[32], b[32];
 #define FMT(buf, x) hx_cli_fmt_bytes((double)(x), buf, sizeof buf)
     printf("model           %s\n", path);
-    printf("context         %d positions x %d sequence%s, KV %s, %d thread%s\n", r->n_ctx,
-           r->n_batch, r->n_batch == 1 ? "" : "s", hx_kv_dtype_name(r->kv_type), r->n_threads,
-           r->n_threads == 1 ? "" : "s");
-    FMT(a, r->weights_bytes);
-    FMT(b, r->weights_packed_bytes);
-    printf("weights         %12s  (%s repacked for the CPU kernels, the rest mapped)\n", a, b);
+    if (gpu) {
+        FMT(a, r->device_total_bytes);
+        FMT(b, r->device_free_bytes);
+        printf("device          cuda:%d, %s: %s, %s free\n", gpu->index, gpu->name, a, b);
+        printf("context         %d positions x %d sequence%s, KV %s\n", r->n_ctx, r->n_batch,
+               r->n_batch == 1 ? "" : "s", hx_kv_dtype_name(r->kv_type));
+        FMT(a, r->weights_bytes);
+        printf("weights         %12s  (uploaded to the GPU in the file's formats)\n", a);
+    } else {
+        printf("context         %d positions x %d sequence%s, KV %s, %d thread%s\n", r->n_ctx,
+               r->n_batch, r->n_batch == 1 ? "" : "s", hx_kv_dtype_name(r->kv_type),
+               r->n_threads, r->n_threads == 1 ? "" : "s");
+        FMT(a, r->weights_bytes);
+        FMT(b, r->weights_packed_bytes);
+        printf("weights         %12s  (%s repacked for the CPU kernels, the rest mapped)\n", a, b);
+    }
     FMT(a, r->kv_bytes);
     FMT(b, r->kv_bytes_per_token);
     if (r->kv_window_layers > 0)
@@ -163,7 +235,8 @@ static void print_text(const char *path, const hx_fit_report *r, int probe_threa
         printf("kv cache        %12s  (%s per position)\n", a, b);
     FMT(a, r->scratch_bytes);
     FMT(b, r->scratch_reserved_bytes);
-    printf("scratch         %12s  (%s reserved, written only in part)\n", a, b);
+    if (gpu) printf("scratch         %12s  (device allocations, committed whole)\n", a);
+    else printf("scratch         %12s  (%s reserved, written only in part)\n", a, b);
     FMT(a, r->embed_bytes);
     printf("embedding rows  %12s\n", a);
     FMT(a, r->load_bytes);
@@ -193,6 +266,8 @@ static void print_text(const char *path, const hx_fit_report *r, int probe_threa
                probe_threads, probe_threads == 1 ? "" : "s");
         printf("decode          %.0f tok/s one sequence, %.0f tok/s over %d (the memory roofline)\n",
                r->decode_tok_s, r->decode_tok_s_batch, r->n_batch);
+    } else if (gpu) {
+        printf("decode          not predicted on a GPU (the bandwidth probe reads host memory)\n");
     }
 #undef FMT
 }
@@ -201,7 +276,9 @@ int hx_cmd_fit(int argc, char **argv)
 {
     fit_opts o;
     int rc = parse(argc, argv, &o);
-    if (rc) return rc;
+    if (rc) return rc < 0 ? 0 : rc;
+    if ((rc = find_gpu(&o))) return rc;
+    const hx_gpu_info *gpu = o.p.device_total_bytes > 0 ? &o.gpu : NULL;
     hx_err err = {0};
     char *path = NULL;
     hx_model_files *mf = NULL;
@@ -218,13 +295,13 @@ int hx_cmd_fit(int argc, char **argv)
         goto done;
     }
     if (o.json) {
-        json_t *j = report_json(path, &r, o.probe_threads);
+        json_t *j = report_json(path, &r, gpu, o.probe_threads);
         char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
         if (s) puts(s);
         free(s);
         json_decref(j);
     } else {
-        print_text(path, &r, o.probe_threads);
+        print_text(path, &r, gpu, o.probe_threads);
     }
     rc = r.fits ? 0 : 1;
 done:

@@ -21,6 +21,7 @@
 
 typedef struct {
     const char   *model, *prompt, *system;
+    const char   *device;  /* NULL: the CPU */
     int           threads, ctx;
     bool          raw, verbose, int8;
     hx_gen_params gp;
@@ -42,6 +43,8 @@ static void usage(const char *verb)
             "                                                   0.8 / 40 / 0.95 / 0.05)\n"
             "  --max-tokens N    reply length limit (default: until the context is full)\n"
             "  --ignore-eos      keep generating past end-of-turn tokens (for benchmarks)\n"
+            "  --device NAME     cpu, cuda (the first GPU) or cuda:N (default cpu; see\n"
+            "                    hearth devices)\n"
             "  --threads N       CPU threads (default: physical cores)\n"
             "  --ctx N           context positions (default: the model's, at most 8192)\n"
             "  --kv f16|q8|q4    KV cache storage (default f16; q8 and q4 hold more context)\n"
@@ -55,6 +58,8 @@ static void usage(const char *verb)
             strcmp(verb, "run") == 0 ? "  --raw             no chat template: the prompt is the text\n" : "");
 }
 
+/* Reads the options into o: 0 to go on, 2 (after a message) on a usage error, -1 when --help
+ * printed the usage (the verb then exits 0). */
 static int parse(int argc, char **argv, const char *verb, run_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -63,6 +68,10 @@ static int parse(int argc, char **argv, const char *verb, run_opts *o)
         const bool has = i + 1 < argc;
         int sf;
 #define NEXT (argv[++i])
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(verb);
+            return -1;
+        }
         if (strcmp(a, "--raw") == 0) o->raw = true;
         else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) o->verbose = true;
         else if (strcmp(a, "--int8") == 0) o->int8 = true;
@@ -74,6 +83,7 @@ static int parse(int argc, char **argv, const char *verb, run_opts *o)
         else if (strcmp(a, "--threads") == 0 && has) o->threads = atoi(NEXT);
         else if (strcmp(a, "--ctx") == 0 && has) o->ctx = atoi(NEXT);
         else if (strcmp(a, "--system") == 0 && has) o->system = NEXT;
+        else if (strcmp(a, "--device") == 0 && has) o->device = NEXT;
         else if (strcmp(a, "--kv") == 0 && has) {
             hx_err e = {0};
             if (hx_kv_dtype_parse(NEXT, &o->kv, &e) != HX_OK) {
@@ -113,8 +123,8 @@ static int load(run_opts *o, loaded *l)
 {
     memset(l, 0, sizeof *l);
     hx_err err = {0};
-    hx_status st = hx_loaded_model_open(o->model, o->threads, o->int8 ? HX_CPU_INT8_ACT : 0,
-                                        !o->raw, &l->m, &err);
+    hx_status st = hx_loaded_model_open(o->model, o->device, o->threads,
+                                        o->int8 ? HX_CPU_INT8_ACT : 0, !o->raw, &l->m, &err);
     if (st == HX_OK) {
         const int32_t ctx = o->ctx > 0 ? o->ctx : hx_sequence_default_ctx(&l->m.mf->hp);
         st = hx_sequence_init(l->m.llm, l->m.tok, ctx, o->kv, &l->seq, &err);
@@ -202,7 +212,7 @@ int hx_cmd_run(int argc, char **argv)
     run_opts o;
     loaded l;
     int rc = parse(argc, argv, "run", &o);
-    if (rc) return rc;
+    if (rc) return rc < 0 ? 0 : rc;
     if ((rc = load(&o, &l))) return rc;
     json_t *msgs = messages_start(&o);
     json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", o.prompt));
@@ -230,7 +240,7 @@ int hx_cmd_chat(int argc, char **argv)
     run_opts o;
     loaded l;
     int rc = parse(argc, argv, "chat", &o);
-    if (rc) return rc;
+    if (rc) return rc < 0 ? 0 : rc;
     if ((rc = load(&o, &l))) return rc;
     json_t *msgs = messages_start(&o);
     char line[8192];

@@ -32,7 +32,10 @@ static void usage(void)
             "  --kv f16|q8|q4    KV cache storage: q8 holds 1.8x the positions in the same\n"
             "                    memory (99%% top-1 agreement with f16), q4 3.2x (84%%)\n"
             "  --memory-budget GB refuse to start when weights + KV + scratch exceed it\n"
-            "                    (default 75%% of RAM; see hearth fit)\n"
+            "                    (default 75%% of RAM; on a GPU, 95%% of its free memory;\n"
+            "                    see hearth fit)\n"
+            "  --device NAME     cpu, cuda (the first GPU) or cuda:N (default cpu; see\n"
+            "                    hearth devices)\n"
             "  --threads N       CPU threads (default: physical cores)\n"
             "  --temp T --top-k K --top-p P --min-p P --seed S\n"
             "                    sampling defaults for requests (over the model's own)\n"
@@ -106,6 +109,7 @@ int hx_cmd_serve(int argc, char **argv)
         if (sf < 0) return 2;
         if (sf > 0) continue;
         if (strcmp(a, "--host") == 0) o.host = v;
+        else if (strcmp(a, "--device") == 0) o.device = v;
         else if (strcmp(a, "--api-key") == 0) o.api_key = v;
         else if (strcmp(a, "--port") == 0) { if (!int_arg(a, v, 0, 65535, &x)) return 2; o.port = (int)x; }
         else if (strcmp(a, "--max-body") == 0) { if (!int_arg(a, v, 1, 1LL << 40, &x)) return 2; o.max_body = (size_t)x; }

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/device.h"
 #include "base/cpu.h"
 #include "cli/cli.h"
 #include "hearth.h"
@@ -18,6 +19,7 @@ static const verb verbs[] = {
     {"chat",    hx_cmd_chat,    "MODEL: interactive multi-turn chat"},
     {"inspect", hx_cmd_inspect, "describe a model: architecture, sizes, tensors (--tensors, --json)"},
     {"fit",     hx_cmd_fit,     "MODEL: will it fit? memory by term, largest safe context, decode speed (--json)"},
+    {"devices", hx_cmd_devices, "the compiled backends and the GPUs found: the names --device takes (--json)"},
     {"ls",      hx_cmd_ls,      "list local models ($HEARTH_HOME/models and the Hugging Face cache; --supported)"},
     {"get",     hx_cmd_get,     "ORG/REPO[:QUANT|:FILE]: download a model from the Hugging Face hub"},
     {"rm",      hx_cmd_rm,      "NAME [--yes]: delete a local model"},
@@ -33,6 +35,7 @@ static void usage(FILE *f)
         fprintf(f, "  %-11s %s\n", verbs[i].name, verbs[i].summary);
     fprintf(f, "\nMODEL is a path (.gguf file or safetensors folder), a Hugging Face repo id in the\n"
                "HF cache, or part of a local model's name (see `hearth ls`).\n"
+               "serve, run, chat and fit take --device cpu|cuda|cuda:N (default cpu).\n"
                "hearth --version prints the version and the compiled backends.\n");
 }
 
@@ -52,14 +55,30 @@ void hx_cli_fmt_bytes(double n, char *buf, unsigned len)
     else snprintf(buf, len, "%.0f B", n);
 }
 
+/* "hearth X.Y.Z" and every compiled backend, the CPU's with the ISA its kernels use:
+ * "backends: cpu (avx2 fma), cuda". */
+static void print_version(void)
+{
+    char isa[128];
+    hx_cpu_isa_names(hx_cpu_isa(), isa, sizeof isa);
+    printf("hearth %s\nbackends:", hx_version());
+    const char *p = hx_backends_compiled();
+    for (int first = 1; *p; first = 0) {
+        const int n = (int)strcspn(p, " ");
+        if (n == 3 && strncmp(p, "cpu", 3) == 0) printf("%s cpu (%s)", first ? "" : ",", isa);
+        else printf("%s %.*s", first ? "" : ",", n, p);
+        p += n;
+        while (*p == ' ') p++;
+    }
+    putchar('\n');
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) return hx_cmd_serve(0, argv + 1); /* bare `hearth`: serve the starter model */
     const char *v = argv[1];
     if (strcmp(v, "--version") == 0 || strcmp(v, "version") == 0) {
-        char isa[128];
-        hx_cpu_isa_names(hx_cpu_isa(), isa, sizeof isa);
-        printf("hearth %s\nbackends: cpu (%s)\n", hx_version(), isa);
+        print_version();
         return 0;
     }
     if (strcmp(v, "help") == 0 || strcmp(v, "--help") == 0 || strcmp(v, "-h") == 0) {

@@ -3,7 +3,8 @@
  *
  * Reading order: the constants mirrored from the code whose memory they predict, the weights
  * (which tensors are repacked copies, which are mapped pages, counted as the union of the pages
- * they span), the terms that depend on the context, then the search for the largest context.
+ * they span; on a GPU, what is uploaded), the terms that depend on the context, then the search
+ * for the largest context.
  * Each mirrored size names the function it mirrors; test_fit.c compares them with the
  * allocator's live-byte count on the starter model. */
 #define _POSIX_C_SOURCE 200809L
@@ -44,6 +45,16 @@
  * the page cache (mm/memory.c fault_around_bytes, 64 KiB by default): a lookup of one embedding
  * row makes its whole neighbourhood resident. */
 #define FAULT_AROUND_BYTES         ((uint64_t)64 << 10)
+
+/* On a GPU (cuda_backend.c). The runtime's own device memory beyond our allocations - the
+ * cuBLAS workspace and the kernel images the driver loads as they are first used - is an
+ * estimate, not yet measured the way OVERHEAD_BASE_BYTES was (docs/memory.md); the context
+ * itself is already out of the free memory the budget starts from, which is read after the
+ * backend (or, for hearth fit, hx_gpu_list) has made one. */
+#define CUDA_OVERHEAD_BYTES        ((uint64_t)256 << 20)
+#define CUDA_ARENA_BYTES           ((uint64_t)8 << 20)  /* ARENA_BYTES: staged host arrays */
+#define CUDA_HALF_W_ELEMS          ((int64_t)32 << 20)  /* HALF_W_ELEMS: a dequantized chunk */
+#define DEVICE_BUDGET_PERCENT      95 /* of the free memory: room for what the terms miss */
 
 static const char *const layer_matmuls[] = {"attn_q",   "attn_k",         "attn_v",
                                             "attn_output", "ffn_gate",    "ffn_up",
@@ -96,6 +107,12 @@ uint64_t hx_fit_default_budget(void)
     return ram / 4 * 3;
 }
 
+uint64_t hx_fit_default_device_budget(uint64_t free_bytes, uint64_t total_bytes)
+{
+    const uint64_t have = free_bytes > 0 ? free_bytes : total_bytes;
+    return have / 100 * DEVICE_BUDGET_PERCENT;
+}
+
 /* ---- weights ---- */
 
 /* What one model costs whatever the context. */
@@ -103,6 +120,7 @@ typedef struct {
     const hx_hparams *hp;
     uint64_t page;
     int32_t  n_threads;
+    bool     device;         /* the terms are of a GPU's memory, not the host's */
     bool     repack;
     uint64_t weights, weights_packed;
     uint64_t weights_read;   /* bytes a decode step reads of the weights */
@@ -112,7 +130,8 @@ typedef struct {
                               * anyway (the output projection reads it in place) */
     uint64_t largest_repack; /* file pages of the largest repacked tensor */
     uint64_t metadata;       /* file pages before the tensor data (parsed at open) */
-    uint64_t scratch, scratch_reserved; /* the step's buffers: hx_llm and the CPU backend */
+    uint64_t scratch, scratch_reserved; /* the step's buffers: hx_llm and the backend */
+    int64_t  largest_matmul; /* elements of the largest matmul weight (the GPU's chunk) */
 } fit_model;
 
 typedef struct {
@@ -276,6 +295,46 @@ static hx_status weights(const hx_model_files *mf, fit_model *fm, hx_err *err)
     return HX_OK;
 }
 
+/* What the CUDA backend uploads (cuda_backend.c): every matmul weight and the embedding table
+ * once each in its file format (an MLX tensor with its scales and biases; a tied table serves
+ * both uses), and the other tensors the ops name - norm weights, biases - as f32. The file's
+ * pages in host memory are the host's and not counted; nothing is repacked. */
+static hx_status device_weights(const hx_model_files *mf, fit_model *fm, hx_err *err)
+{
+    const hx_tensor_info *embd = hx_model_files_find(mf, "token_embd.weight");
+    const hx_tensor_info *output = hx_model_files_find(mf, "output.weight");
+    if (!embd) return hx_err_set(err, HX_E_FORMAT, "%s: missing tensor token_embd.weight", mf->path);
+    uint64_t total = 0, read = 0;
+    int64_t largest = 0;
+    for (int64_t i = 0; i < mf->n_tensors; i++) {
+        const hx_tensor_info *ti = &mf->tensors[i];
+        const hx_tensor *t = &ti->t;
+        const bool is_output = ti == output || (!output && ti == embd);
+        const matmul_kind kind = layer_matmul_kind(ti->name);
+        const double share = kind == EXPERT_MATMUL && fm->hp->n_expert > 0
+                                 ? (double)fm->hp->n_expert_used / fm->hp->n_expert
+                                 : 1.0;
+        if (is_output || kind != NOT_MATMUL) {
+            total += hx_tensor_data_bytes(t);
+            read += (uint64_t)(hx_tensor_data_bytes(t) * share);
+            const int64_t elems = hx_tensor_n_elems(t);
+            if (elems > largest) largest = elems;
+        } else if (ti == embd) {
+            total += hx_tensor_data_bytes(t); /* uploaded whole for the row lookups */
+        } else {
+            const uint64_t f32 = (uint64_t)hx_tensor_n_elems(t) * sizeof(float);
+            total += f32;
+            read += f32;
+        }
+    }
+    fm->weights = total;
+    fm->weights_read = read;
+    fm->largest_matmul = largest;
+    const int64_t rows = hx_tensor_n_rows(&embd->t);
+    fm->embed_row = rows > 0 ? hx_tensor_data_bytes(&embd->t) / (uint64_t)rows : 0;
+    return HX_OK; /* packed, largest_repack, metadata, embed_table: 0 */
+}
+
 /* ---- scratch: the step's buffers ---- */
 
 /* hx_llm_open's activation buffers for T rows (reserved), and what of them a step writes. */
@@ -340,6 +399,17 @@ static void backend_scratch(const hx_hparams *hp, int64_t T, int32_t n_threads, 
                (hp->attn_bias ? (uint64_t)qd * f : 0);
 }
 
+/* cuda_reserve's buffers for steps of T rows and the staging arena (cuda_backend.c): the f16
+ * copy of a step's input rows, up to `widest` wide, and one chunk of a dequantized weight for
+ * the tensor-core matmuls. Device memory is committed when allocated, so reserved is touched. */
+static uint64_t cuda_scratch(const hx_hparams *hp, int64_t T, int64_t largest_matmul)
+{
+    const int64_t n_in = hx_llm_widest_input(hp);
+    const int64_t widest = n_in > hp->n_vocab ? n_in : hp->n_vocab; /* hx_llm_open's reserve */
+    const int64_t chunk = largest_matmul < CUDA_HALF_W_ELEMS ? largest_matmul : CUDA_HALF_W_ELEMS;
+    return (uint64_t)(widest * T) * 2 + (uint64_t)chunk * 2 + CUDA_ARENA_BYTES;
+}
+
 /* ---- the terms at one context ---- */
 
 static void terms(const fit_model *fm, int32_t n_ctx, int32_t n_batch, hx_kv_dtype kv_type,
@@ -362,10 +432,13 @@ static void terms(const fit_model *fm, int32_t n_ctx, int32_t n_batch, hx_kv_dty
     r->kv_bytes = n_swa > 0 ? positions * (r->kv_bytes_per_token - swa_tok) + swa_positions * swa_tok
                             : positions * r->kv_bytes_per_token;
     /* Per sequence (sequence.c): the tokens the cache holds, its last logits, the step's pos,
-     * seq and row arrays, the pool's refcount and free list, and a sampler. */
-    const uint64_t per_seq = (uint64_t)n_ctx * 4 + (uint64_t)hp->n_vocab * 4 +
-                             3 * (uint64_t)HX_SEQUENCE_STEP_TOKENS * 4 + blocks * 8 +
-                             (uint64_t)hp->n_vocab * SAMPLER_BYTES_PER_TOKEN;
+     * seq and row arrays, the pool's refcount and free list, and a sampler. Host memory: not on
+     * a GPU's account. */
+    const uint64_t per_seq = fm->device ? 0
+                                        : (uint64_t)n_ctx * 4 + (uint64_t)hp->n_vocab * 4 +
+                                              3 * (uint64_t)HX_SEQUENCE_STEP_TOKENS * 4 +
+                                              blocks * 8 +
+                                              (uint64_t)hp->n_vocab * SAMPLER_BYTES_PER_TOKEN;
     r->scratch_bytes = fm->scratch + (uint64_t)n_batch * per_seq;
     r->scratch_reserved_bytes = fm->scratch_reserved + (uint64_t)n_batch * per_seq;
     /* Every cached position was looked up once, at most n_vocab distinct rows. A page fault on
@@ -410,20 +483,27 @@ hx_status hx_fit_compute(const hx_model_files *mf, const hx_fit_params *params, 
                           mf->path, hp->n_layer, hp->d_model, hp->n_head, hp->n_kv_head,
                           hp->d_head, hp->d_ff, hp->n_vocab);
 
-    fit_model fm = {.hp = hp, .page = page_bytes()};
+    fit_model fm = {.hp = hp, .page = page_bytes(), .device = p.device_total_bytes > 0};
     fm.n_threads = p.n_threads > 0 ? p.n_threads : hx_cpu_physical_cores();
     if (fm.n_threads > MAX_THREADS) fm.n_threads = MAX_THREADS;
-    fm.repack = p.repack == HX_FIT_REPACK_ALWAYS ||
-                (p.repack == HX_FIT_REPACK_AUTO && hx_pmatmul_select(hx_cpu_isa()) != NULL);
-    hx_status st = weights(mf, &fm, err);
+    fm.repack = !fm.device && (p.repack == HX_FIT_REPACK_ALWAYS ||
+                               (p.repack == HX_FIT_REPACK_AUTO &&
+                                hx_pmatmul_select(hx_cpu_isa()) != NULL));
+    hx_status st = fm.device ? device_weights(mf, &fm, err) : weights(mf, &fm, err);
     if (st != HX_OK) return st;
     const int64_t T = HX_SEQUENCE_STEP_TOKENS;
     const int32_t n_batch = p.n_batch > 0 ? p.n_batch : 8;
     uint64_t lr, lt, br, bt;
     llm_scratch(hp, T, n_batch, &lr, &lt);
-    backend_scratch(hp, T, fm.n_threads, &br, &bt);
-    fm.scratch = lt + bt;
-    fm.scratch_reserved = lr + br;
+    if (fm.device) {
+        /* Every activation buffer is a device allocation, committed whole (the small host
+         * parts of hx_llm's fixed term are counted with them: a few KiB). */
+        fm.scratch = fm.scratch_reserved = lr + cuda_scratch(hp, T, fm.largest_matmul);
+    } else {
+        backend_scratch(hp, T, fm.n_threads, &br, &bt);
+        fm.scratch = lt + bt;
+        fm.scratch_reserved = lr + br;
+    }
 
     hx_fit_report r = {0};
     r.n_ctx = p.n_ctx > 0 ? p.n_ctx : hx_sequence_default_ctx(hp);
@@ -434,10 +514,16 @@ hx_status hx_fit_compute(const hx_model_files *mf, const hx_fit_params *params, 
     r.n_ctx_train = hp->n_ctx_train > 0 ? hp->n_ctx_train : 0;
     r.weights_bytes = fm.weights;
     r.weights_packed_bytes = fm.weights_packed;
-    r.overhead_bytes = OVERHEAD_BASE_BYTES + fm.metadata +
-                       (uint64_t)hp->n_vocab * TOKENIZER_BYTES_PER_TOKEN +
-                       (uint64_t)fm.n_threads * THREAD_BYTES;
-    r.budget_bytes = p.budget_bytes > 0 ? p.budget_bytes : hx_fit_default_budget();
+    r.overhead_bytes = fm.device ? CUDA_OVERHEAD_BYTES
+                                 : OVERHEAD_BASE_BYTES + fm.metadata +
+                                       (uint64_t)hp->n_vocab * TOKENIZER_BYTES_PER_TOKEN +
+                                       (uint64_t)fm.n_threads * THREAD_BYTES;
+    r.device_total_bytes = p.device_total_bytes;
+    r.device_free_bytes = fm.device ? p.device_free_bytes : 0;
+    r.budget_bytes = p.budget_bytes > 0 ? p.budget_bytes
+                     : fm.device    ? hx_fit_default_device_budget(p.device_free_bytes,
+                                                                   p.device_total_bytes)
+                                    : hx_fit_default_budget();
     terms(&fm, r.n_ctx, n_batch, p.kv_type, r.budget_bytes, &r);
 
     /* The largest context that fits: total grows with the context, so bisect over blocks. */

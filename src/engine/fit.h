@@ -1,11 +1,12 @@
-/* fit.h - the memory contract: what a model will hold in RAM before it is loaded.
+/* fit.h - the memory contract: what a model will hold in RAM (or on a GPU) before it is loaded.
  *
  * hx_fit_compute reads only a model's description (hx_model_files: hyper-parameters, tensor
  * dtypes, shapes and offsets; no weight bytes) and predicts the peak resident memory of serving
  * it on the CPU backend of this machine with n_batch sequences of n_ctx positions, term by
  * term: weights (the CPU backend's repacked copies plus the mapped tensors it reads in place),
  * the KV pool, one step's activation scratch, the embedding rows in use, the extra held only
- * while loading, and a fixed runtime overhead. From those it answers whether the model fits a
+ * while loading, and a fixed runtime overhead; or, when the parameters give a GPU's memory,
+ * what the CUDA backend holds on that GPU (below). From those it answers whether the model fits a
  * budget and the largest context per sequence that does, and, given a read bandwidth, the
  * decode speed the memory roofline allows. docs/memory.md explains every term and what is not
  * counted.
@@ -14,9 +15,15 @@
  * cpu_reserve and cpu_weight, kv_pool.c, sequence.c); test_fit.c checks the mirror against the
  * allocator's live-byte count, so a change there that is not made here fails a test.
  *
+ * On a GPU the same terms count device memory (cuda_backend.c): the weights as uploaded in
+ * their file formats, the KV pool, the activations and matmul scratch, and a fixed runtime
+ * overhead; the embedding rows and the load transient are 0 (the whole table is uploaded with
+ * the weights; nothing is repacked), and the host's own memory is not counted.
+ *
  * Deterministic: the same file and parameters give the same numbers on the same machine (the
  * machine enters through its ISA, which decides repacking, its page size and, for the default
- * budget, its RAM). Pure computation: no allocation beyond a small sort buffer, no I/O. */
+ * budget, its RAM or the GPU's free memory given). Pure computation: no allocation beyond a
+ * small sort buffer, no I/O. */
 #ifndef HX_ENGINE_FIT_H
 #define HX_ENGINE_FIT_H
 #include <stdbool.h>
@@ -44,6 +51,12 @@ typedef struct {
     double         bandwidth_bytes_per_s; /* 0: no speed prediction */
     int32_t        n_threads;             /* CPU threads (per-thread scratch); 0: physical cores */
     hx_fit_repack  repack;                /* HX_FIT_REPACK_AUTO by default */
+    /* A GPU's memory (its backend's mem_info, or hx_gpu_list before one is opened). When
+     * device_total_bytes is set the fit is of that device's memory, not the host's; 0 (the
+     * default): the CPU backend. */
+    uint64_t       device_total_bytes;
+    uint64_t       device_free_bytes;     /* free before the model is loaded; the default budget
+                                           * on the device is 95% of it (of the total when 0) */
 } hx_fit_params;
 
 hx_fit_params hx_fit_params_default(void); /* n_batch 8, everything else 0 / AUTO / F16 */
@@ -84,6 +97,9 @@ typedef struct {
     double   decode_tok_s;            /* bandwidth / read_bytes_per_token; 0 without bandwidth */
     double   decode_tok_s_batch;      /* n_batch sequences sharing each weight read: the total
                                        * tokens per second of a full batch; 0 without bandwidth */
+    /* the device: the GPU's memory as given (both 0 on the CPU, whose budget is the host's) */
+    uint64_t device_total_bytes;
+    uint64_t device_free_bytes;
 } hx_fit_report;
 
 /* Predicts the memory of serving mf with p (NULL: hx_fit_params_default()). On success fills
@@ -96,6 +112,10 @@ hx_status hx_fit_compute(const hx_model_files *mf, const hx_fit_params *p, hx_fi
 
 /* 75% of the memory this process may use: min(physical RAM, cgroup limit). 0 when unknown. */
 uint64_t hx_fit_default_budget(void);
+
+/* The default budget on a GPU with free_bytes free of total_bytes: 95% of the free memory (of
+ * the total when the free is unknown, 0). */
+uint64_t hx_fit_default_device_budget(uint64_t free_bytes, uint64_t total_bytes);
 
 
 #endif

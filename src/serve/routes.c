@@ -2,7 +2,8 @@
  *
  * /stats (JSON) and /metrics (Prometheus text) report the same figures, read from one executor
  * snapshot: requests served/active/queued, tokens in and out, average prompt and decode speed,
- * KV blocks, and the process's memory. */
+ * KV blocks, and the process's memory; /stats also names the device and, on a GPU, its memory
+ * free and in all now. */
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
 #include <stdio.h>
@@ -76,6 +77,16 @@ void hx_route_stats(void *ctx, hx_http_req *req, hx_http_resp *resp)
                              "generated_tokens", (int)e->last.n_gen,
                              "prompt_ms", e->last.prompt_ms, "first_token_ms", e->last.first_ms,
                              "decode_ms", e->last.gen_ms);
+    if (o) json_object_set_new(o, "device", json_string(s->device));
+    /* A driver query that reads none of the backend's mutable state, so a connection thread may
+     * ask it while the engine thread runs steps. */
+    if (o && s->be && s->be->mem_info) {
+        int64_t free_bytes = 0, total_bytes = 0;
+        s->be->mem_info(s->be, &free_bytes, &total_bytes);
+        json_object_set_new(o, "gpu_memory",
+                            json_pack("{s:I, s:I}", "free_bytes", (json_int_t)free_bytes,
+                                      "total_bytes", (json_int_t)total_bytes));
+    }
     if (o && e->kv_window_total > 0) /* sliding layers' blocks (Gemma 2/3): window only */
         json_object_set_new(o, "kv_window_blocks",
                             json_pack("{s:i, s:i, s:i}", "used", (int)e->kv_window_used, "free",

@@ -14,6 +14,7 @@
 
 typedef struct {
     const char *model;       /* path, HF repo id or name part (format/discover.h) */
+    const char *device;      /* "cpu" (default, NULL), "cuda" or "cuda:N" (backend/device.h) */
     const char *host;        /* default "127.0.0.1" */
     int         port;        /* default 8080; 0: any free port */
     const char *api_key;     /* NULL: no authentication */
@@ -26,7 +27,8 @@ typedef struct {
     int32_t     n_batch;     /* requests generating together; default 8 */
     int32_t     step_tokens; /* rows per engine step (prefill chunk bound); 0: the model's */
     double      prompt_cache_gb; /* prefix cache cap in GB (default 2; 0: off) */
-    double      memory_budget_gb; /* refuse to start beyond it; 0: 75% of RAM */
+    double      memory_budget_gb; /* refuse to start beyond it; 0: 75% of RAM, or on a GPU
+                                   * 95% of its free memory */
     hx_kv_dtype kv;          /* KV cache storage: f16 (default), q8, q4 */
     bool        int8;        /* single-term int8 activations (faster, less exact) */
     bool        quiet;       /* no per-request log lines */

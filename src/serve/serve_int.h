@@ -25,6 +25,8 @@ typedef struct hx_server {
     hx_template        *own_tpl;    /* --chat-template-file's, owned (tpl points to it) */
     char               *tpl_text;   /* the template's source (the model's, or the file's) */
     hx_executor        *ex;
+    hx_backend         *be;         /* borrowed from the loaded model: /stats reads mem_info */
+    char                device[24]; /* "cpu" or "cuda:N" */
     char                model_id[256]; /* the id in /v1/models and in every response */
     int64_t             created;    /* unix seconds at load */
     int32_t             n_ctx;      /* context positions of the engine's sequence */

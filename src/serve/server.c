@@ -87,8 +87,9 @@ static void server_free(hx_server *s, hx_loaded_model *m)
 
 /* The memory contract (engine/fit.h): the weights, n_batch full contexts of KV and the scratch
  * must fit the budget, or the server refuses to start with every term in the message; the
- * prefix cache then gets at most what is left of the budget. */
-static hx_status admit_memory(hx_server *s, hx_err *err)
+ * prefix cache then gets at most what is left of the budget. On a GPU the terms and the budget
+ * are the device's: its free memory as the backend found it before the weights went up. */
+static hx_status admit_memory(hx_server *s, const hx_loaded_model *m, hx_err *err)
 {
     const hx_serve_options *o = &s->opts;
     hx_fit_params fp = hx_fit_params_default();
@@ -97,20 +98,28 @@ static hx_status admit_memory(hx_server *s, hx_err *err)
     fp.n_threads = o->n_threads;
     fp.kv_type = o->kv;
     fp.budget_bytes = o->memory_budget_gb > 0 ? (uint64_t)(o->memory_budget_gb * 1e9) : 0;
+    fp.device_total_bytes = m->device_total_bytes > 0 ? (uint64_t)m->device_total_bytes : 0;
+    fp.device_free_bytes = m->device_free_bytes > 0 ? (uint64_t)m->device_free_bytes : 0;
     hx_status st = hx_fit_compute(s->mf, &fp, &s->fit, err);
     if (st != HX_OK) return st;
     const hx_fit_report *f = &s->fit;
     const double mib = 1024.0 * 1024.0;
+    const bool gpu = f->device_total_bytes > 0;
+    char where[96] = "";
+    if (gpu)
+        snprintf(where, sizeof where, " on %s (%.0f MiB free of %.0f)", s->device,
+                 f->device_free_bytes / mib, f->device_total_bytes / mib);
     if (!f->fits)
         return hx_err_set(err, HX_E_NOMEM,
-                          "%s does not fit the memory budget of %.0f MiB: weights %.0f + KV cache "
-                          "%.0f (%d positions x %d sequences) + scratch %.0f + embedding rows %.0f "
-                          "+ load %.0f + overhead %.0f = %.0f MiB. %s",
-                          s->model_id, f->budget_bytes / mib, f->weights_bytes / mib,
+                          "%s does not fit the memory budget of %.0f MiB%s: weights %.0f + "
+                          "KV cache %.0f (%d positions x %d sequences) + scratch %.0f + embedding "
+                          "rows %.0f + load %.0f + overhead %.0f = %.0f MiB. %s",
+                          s->model_id, f->budget_bytes / mib, where, f->weights_bytes / mib,
                           f->kv_bytes / mib, f->n_ctx, f->n_batch, f->scratch_bytes / mib,
                           f->embed_bytes / mib, f->load_bytes / mib, f->overhead_bytes / mib,
                           f->total_bytes / mib,
                           f->max_ctx > 0 ? "A smaller --ctx or --batch fits (see hearth fit)"
+                          : gpu          ? "Not even the weights fit this GPU's free memory"
                                          : "Not even the weights fit: raise --memory-budget");
     const uint64_t room = f->budget_bytes - f->total_bytes;
     const uint64_t want = (uint64_t)(o->prompt_cache_gb * 1e9);
@@ -146,13 +155,14 @@ static hx_status own_template(hx_server *s, const char *path, hx_err *err)
 static hx_status server_load(hx_server *s, hx_loaded_model *m, hx_err *err)
 {
     const hx_serve_options *o = &s->opts;
-    hx_status st = hx_loaded_model_open(o->model, o->n_threads, o->int8 ? HX_CPU_INT8_ACT : 0,
-                                        true, m, err);
+    hx_status st = hx_loaded_model_open(o->model, o->device, o->n_threads,
+                                        o->int8 ? HX_CPU_INT8_ACT : 0, true, m, err);
     if (st != HX_OK) return st;
-    s->mf = m->mf, s->tok = m->tok, s->tpl = m->tpl;
+    s->mf = m->mf, s->tok = m->tok, s->tpl = m->tpl, s->be = m->be;
+    snprintf(s->device, sizeof s->device, "%s", m->device);
     model_id(m->path, s->model_id, sizeof s->model_id);
     s->n_ctx = o->n_ctx > 0 ? o->n_ctx : hx_sequence_default_ctx(&s->mf->hp);
-    if ((st = admit_memory(s, err)) != HX_OK) return st;
+    if ((st = admit_memory(s, m, err)) != HX_OK) return st;
     if (o->chat_template_file && (st = own_template(s, o->chat_template_file, err)) != HX_OK)
         return st;
     if (!s->own_tpl && s->tpl && s->mf->chat_template &&
@@ -205,8 +215,9 @@ int hx_serve_run(const hx_serve_options *o)
     }
     const char *host = o->host ? o->host : "127.0.0.1";
     const bool v6 = strchr(host, ':') != NULL;
-    printf("hearth serve: %s (context %d, %s) ready in %.0f ms\n", s.model_id, s.n_ctx,
-           s.tpl ? "chat template" : "no chat template", hx_now_ms() - s.t_start_ms);
+    printf("hearth serve: %s (context %d, %s%s%s) ready in %.0f ms\n", s.model_id, s.n_ctx,
+           s.tpl ? "chat template" : "no chat template", s.be->mem_info ? ", " : "",
+           s.be->mem_info ? s.device : "", hx_now_ms() - s.t_start_ms);
     printf("chat page and API at http://%s%s%s:%d/\n", v6 ? "[" : "",
            strcmp(host, "0.0.0.0") == 0 ? "127.0.0.1" : host, v6 ? "]" : "", hx_http_port(http));
     fflush(stdout);

@@ -1,6 +1,7 @@
 /* logits.c - parity tool: runs hearth's forward pass on token ids (built as `hx-logits`).
  *
  * usage: hx-logits MODEL OUT.bin [--threads N] [--chunk N] [--greedy N] [--int8] [--kv f16|q8|q4]
+ *                  [--device cpu|cuda|cuda:N]
  * Reads a JSON array of token ids on stdin. Runs them through the model in prefill chunks of
  * --chunk rows (default 64) with logits for every row, and writes them to OUT.bin as little-endian
  * float32 [n_tok, n_vocab]. With --greedy N it then decodes N tokens greedily, one step at a time
@@ -8,13 +9,15 @@
  * matmuls (HX_CPU_INT8_ACT). --kv stores the KV cache as f16 (default) or quantized q8/q4
  * (hx_kv_pool_create_typed), which prefill attention reads as well as decode. A model with
  * sliding and global layers (Gemma 2/3) keeps its sliding layers' KV in a pool of its own that
- * holds only each step's window, as the engine does. */
+ * holds only each step's window, as the engine does. --device runs it on a GPU (default: the
+ * CPU), for parity of the CUDA backend against the same references. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/device.h"
 #include "base/alloc.h"
 #include "format/discover.h"
 #include "kv/kv_pool.h"
@@ -61,8 +64,11 @@ static hx_status step(hx_llm *m, cache *c, const int32_t *ids, int32_t t0, int32
 
 int main(int argc, char **argv)
 {
-    if (argc < 3) return die("usage: hx-logits MODEL OUT.bin [--threads N] [--chunk N] [--greedy N]");
+    if (argc < 3)
+        return die("usage: hx-logits MODEL OUT.bin [--threads N] [--chunk N] [--greedy N] [--int8] "
+                   "[--kv f16|q8|q4] [--device cpu|cuda|cuda:N]");
     int threads = 0, chunk = 64, greedy = 0, int8 = 0;
+    const char *device = NULL;
     hx_kv_dtype kv_dtype = HX_KV_F16;
     for (int i = 3; i < argc; i++)
         if (strcmp(argv[i], "--int8") == 0) int8 = 1;
@@ -71,6 +77,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--threads") == 0) threads = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--chunk") == 0) chunk = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--greedy") == 0) greedy = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--device") == 0) device = argv[i + 1];
         else if (strcmp(argv[i], "--kv") == 0) {
             hx_err kerr = {0};
             if (hx_kv_dtype_parse(argv[i + 1], &kv_dtype, &kerr) != HX_OK) return die(kerr.msg);
@@ -93,7 +100,8 @@ int main(int argc, char **argv)
     hx_llm *m = NULL;
     cache c = {0};
     if (hx_discover_resolve(argv[1], &path, &err) || hx_model_files_open(path, &mf, &err) ||
-        hx_cpu_backend_create(threads, int8 ? HX_CPU_INT8_ACT : 0, &be, &err) || hx_llm_open(mf, be, chunk, &m, &err))
+        hx_backend_open(device, threads, int8 ? HX_CPU_INT8_ACT : 0, &be, &err) ||
+        hx_llm_open(mf, be, chunk, &m, &err))
         return die(err.msg);
     const int32_t total = n + greedy;
     const hx_hparams *hp = &mf->hp;

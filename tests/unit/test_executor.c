@@ -42,7 +42,7 @@ static bool rig_open_with(rig *r, const hx_executor_params *p)
     const char *path = check_starter_model();
     if (!path) return false;
     hx_err err = {0};
-    hx_status st = hx_loaded_model_open(path, 2, 0, false, &r->m, &err);
+    hx_status st = hx_loaded_model_open(path, NULL, 2, 0, false, &r->m, &err);
     if (st == HX_OK) st = hx_executor_open(r->m.llm, r->m.tok, p, &r->ex, &err);
     if (st != HX_OK) {
         fprintf(stderr, "cannot open the starter model: %s\n", err.msg);

@@ -1,7 +1,8 @@
 /* test_fit.c - the memory contract (engine/fit.h) on the starter model (SmolLM2-135M): the terms
  * add up, the KV pool scales with context, batch and element type exactly, the largest safe
- * context is the largest, a tiny budget fits nothing, the numbers are deterministic, and the
- * mirrored allocation sizes match what loading the model really allocates. Skips with a message
+ * context is the largest, a tiny budget fits nothing, the numbers are deterministic, the
+ * mirrored allocation sizes match what loading the model really allocates, and a fit of a GPU's
+ * memory counts what the CUDA backend uploads against the GPU's free memory. Skips with a message
  * when the starter model is not installed. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -211,6 +212,83 @@ static int test_reserved_sizes_match_the_allocator(void)
     return 0;
 }
 
+/* The fit of a GPU's memory: p with a device of total bytes, free of them free. */
+static hx_fit_report fit_gpu(const hx_model_files *mf, int32_t ctx, int32_t batch, uint64_t budget,
+                             uint64_t total, uint64_t free_bytes)
+{
+    hx_fit_params p = hx_fit_params_default();
+    p.n_ctx = ctx;
+    p.n_batch = batch;
+    p.budget_bytes = budget;
+    p.n_threads = 2;
+    p.device_total_bytes = total;
+    p.device_free_bytes = free_bytes;
+    hx_fit_report r;
+    hx_err err = {0};
+    HX_ASSERT(hx_fit_compute(mf, &p, &r, &err) == HX_OK);
+    return r;
+}
+
+/* On a GPU the weights are the tensors as uploaded: every byte of the file's tensors (the
+ * starter's norms are f32 already, the form the GPU keeps them in, and its embedding table is
+ * the tied output projection, uploaded once), nothing repacked, nothing mapped. The KV pool is
+ * the same as the CPU's; the host-only terms are 0. */
+static int test_gpu_fit_counts_what_is_uploaded(void)
+{
+    hx_model_files *mf = starter();
+    if (!mf) return 0;
+    uint64_t file_bytes = 0;
+    for (int64_t i = 0; i < mf->n_tensors; i++) {
+        const hx_tensor *t = &mf->tensors[i].t;
+        if (t->n_dims == 1) CHECK_EQ(t->dtype, HX_DT_F32);
+        file_bytes += hx_tensor_data_bytes(t);
+    }
+    const hx_fit_report cpu = fit(mf, 2048, 3, HX_KV_F16, 64 * GIB);
+    const hx_fit_report r = fit_gpu(mf, 2048, 3, 64 * GIB, 80 * GIB, 70 * GIB);
+    CHECK_EQ(r.weights_bytes, file_bytes);
+    CHECK_EQ(r.weights_packed_bytes, 0);
+    CHECK(!r.repacked);
+    CHECK_EQ(r.kv_bytes, cpu.kv_bytes);
+    CHECK_EQ(r.embed_bytes, 0);
+    CHECK_EQ(r.load_bytes, 0);
+    CHECK(r.overhead_bytes > 0);
+    CHECK_EQ(r.scratch_bytes, r.scratch_reserved_bytes); /* device memory is committed whole */
+    CHECK_EQ(r.total_bytes, r.weights_bytes + r.kv_bytes + r.scratch_bytes + r.embed_bytes +
+                                r.load_bytes + r.overhead_bytes);
+    CHECK_EQ(r.device_total_bytes, 80 * GIB);
+    CHECK_EQ(r.device_free_bytes, 70 * GIB);
+    CHECK(r.fits && r.max_ctx == 8192);
+    /* The CPU's report says nothing of a device. */
+    CHECK(cpu.device_total_bytes == 0 && cpu.device_free_bytes == 0);
+    hx_model_files_close(mf);
+    return 0;
+}
+
+/* With no budget given, a GPU's is 95% of its free memory (of its total when the free is not
+ * known), not the host's RAM; the largest context is the largest that fits it. */
+static int test_gpu_budget_is_its_free_memory(void)
+{
+    hx_model_files *mf = starter();
+    if (!mf) return 0;
+    const hx_fit_report a = fit_gpu(mf, 512, 1, 0, 80 * GIB, 10 * GIB);
+    CHECK_EQ(a.budget_bytes, hx_fit_default_device_budget(10 * GIB, 80 * GIB));
+    CHECK_EQ(a.budget_bytes, 10 * GIB / 100 * 95);
+    CHECK_EQ(fit_gpu(mf, 512, 1, 0, 80 * GIB, 0).budget_bytes, 80 * GIB / 100 * 95);
+    /* Free memory between the totals at 1000 and 3000 positions of 4 sequences. */
+    const uint64_t lo = fit_gpu(mf, 1000, 4, GIB, GIB, GIB).total_bytes;
+    const uint64_t hi = fit_gpu(mf, 3000, 4, GIB, GIB, GIB).total_bytes;
+    const uint64_t free_bytes = (lo + hi) / 2 / 95 * 100;
+    const hx_fit_report r = fit_gpu(mf, 512, 4, 0, 80 * GIB, free_bytes);
+    CHECK(r.max_ctx > 1000 && r.max_ctx < 3000 && r.max_ctx % 16 == 0);
+    CHECK(fit_gpu(mf, r.max_ctx, 4, 0, 80 * GIB, free_bytes).fits);
+    CHECK(!fit_gpu(mf, r.max_ctx + 16, 4, 0, 80 * GIB, free_bytes).fits);
+    /* Weights alone over the free memory: nothing fits. */
+    const hx_fit_report none = fit_gpu(mf, 512, 1, 0, 80 * GIB, 64u << 20);
+    CHECK(!none.fits && none.max_ctx == 0);
+    hx_model_files_close(mf);
+    return 0;
+}
+
 static int test_bandwidth_probe_is_plausible(void)
 {
     const double bw = hx_membw_read(1, 50);
@@ -227,6 +305,8 @@ static const check_case cases[] = {
     { "defaults_and_bad_parameters", test_defaults_and_bad_parameters },
     { "same_input_same_numbers", test_same_input_same_numbers },
     { "reserved_sizes_match_the_allocator", test_reserved_sizes_match_the_allocator },
+    { "gpu_fit_counts_what_is_uploaded", test_gpu_fit_counts_what_is_uploaded },
+    { "gpu_budget_is_its_free_memory", test_gpu_budget_is_its_free_memory },
     { "bandwidth_probe_is_plausible", test_bandwidth_probe_is_plausible },
 };
 CHECK_MAIN(cases)
