@@ -303,20 +303,11 @@ def one_stream(url, prompt, gen, bias, out, i):
     except OSError as e:
         out[i] = f"request failed: {e}"
         return
-    first = last = None
-    n_chunks, usage = 0, None
-    for t, raw in lines:
-        ev = json.loads(raw[6:])
-        if ev.get("usage"):
-            usage = ev["usage"]
-        if any(c.get("text") for c in ev.get("choices") or []):
-            first = first or t
-            last = t
-            n_chunks += 1
+    first, last, n = server_bench.parse_stream(lines)
     if first is None:
         out[i] = "no text streamed"
         return
-    out[i] = (t0, first, last, usage["completion_tokens"] if usage else n_chunks)
+    out[i] = (t0, first, last, n)
 
 
 def streams(url, n, gen, bias, tag):

@@ -113,6 +113,14 @@ def stream_completion(url, prompt, gen, bias):
         for raw in r:
             if raw.startswith(b"data: "):
                 lines.append((time.monotonic(), raw))
+    t_first, t_last, n = parse_stream(lines)
+    decode = (n - 1) / (t_last - t_first) if t_last and t_last > t_first else 0.0
+    return (t_first - t0) * 1e3, decode, n
+
+
+def parse_stream(lines):
+    """(time of the first text chunk, of the last, completion tokens) of a completions stream
+    given as (arrival time, raw "data: " line) pairs; the times are None when no text came."""
     t_first = t_last = None
     n_chunks, usage = 0, None
     for t, raw in lines:
@@ -126,9 +134,7 @@ def stream_completion(url, prompt, gen, bias):
             t_first = t_first or t
             t_last = t
             n_chunks += 1
-    n = usage["completion_tokens"] if usage else n_chunks
-    decode = (n - 1) / (t_last - t_first) if t_last and t_last > t_first else 0.0
-    return (t_first - t0) * 1e3, decode, n
+    return t_first, t_last, usage["completion_tokens"] if usage else n_chunks
 
 
 def direct_decode(model, text, threads, gen):

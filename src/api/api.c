@@ -140,7 +140,9 @@ HX_API hx_status hx_session_open(hx_model *m, const hx_model_params *params, hx_
     s->model = m;
     hx_status st = hx_backend_open(p.device, p.n_threads, p.int8_kernels ? HX_CPU_INT8_ACT : 0,
                                    &s->be, &s->err);
-    if (st == HX_OK) st = hx_llm_open(m->mf, s->be, HX_SEQUENCE_STEP_TOKENS, &s->llm, &s->err);
+    const int32_t step = hx_device_is_gpu(p.device) ? HX_SEQUENCE_STEP_TOKENS_GPU
+                                                    : HX_SEQUENCE_STEP_TOKENS;
+    if (st == HX_OK) st = hx_llm_open(m->mf, s->be, step, &s->llm, &s->err);
     if (st == HX_OK) {
         const int32_t ctx = p.n_ctx > 0 ? p.n_ctx : hx_sequence_default_ctx(&m->mf->hp);
         st = hx_sequence_init(s->llm, m->tok, ctx, HX_KV_F16, &s->seq, &s->err);

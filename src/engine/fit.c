@@ -54,6 +54,7 @@
 #define CUDA_OVERHEAD_BYTES        ((uint64_t)256 << 20)
 #define CUDA_ARENA_BYTES           ((uint64_t)8 << 20)  /* ARENA_BYTES: staged host arrays */
 #define CUDA_HALF_W_ELEMS          ((int64_t)32 << 20)  /* HALF_W_ELEMS: a dequantized chunk */
+#define CUDA_BLAS_WS               ((uint64_t)32 << 20) /* BLAS_WS: cuBLAS's fixed workspace */
 #define DEVICE_BUDGET_PERCENT      95 /* of the free memory: room for what the terms miss */
 
 static const char *const layer_matmuls[] = {"attn_q",   "attn_k",         "attn_v",
@@ -407,7 +408,7 @@ static uint64_t cuda_scratch(const hx_hparams *hp, int64_t T, int64_t largest_ma
     const int64_t n_in = hx_llm_widest_input(hp);
     const int64_t widest = n_in > hp->n_vocab ? n_in : hp->n_vocab; /* hx_llm_open's reserve */
     const int64_t chunk = largest_matmul < CUDA_HALF_W_ELEMS ? largest_matmul : CUDA_HALF_W_ELEMS;
-    return (uint64_t)(widest * T) * 2 + (uint64_t)chunk * 2 + CUDA_ARENA_BYTES;
+    return (uint64_t)(widest * T) * 2 + (uint64_t)chunk * 2 + CUDA_ARENA_BYTES + CUDA_BLAS_WS;
 }
 
 /* ---- the terms at one context ---- */
@@ -425,8 +426,8 @@ static void terms(const fit_model *fm, int32_t n_ctx, int32_t n_batch, hx_kv_dty
     const uint64_t swa_tok = hx_kv_dtype_bytes_per_token(kv_type, n_swa, hp->n_kv_head, hp->d_head);
     r->kv_window_layers = n_swa;
     r->kv_window = n_swa > 0 ? hp->sliding_window : 0;
-    const uint64_t swa_positions = (uint64_t)hx_kv_window_blocks(hp->sliding_window,
-                                                                 HX_SEQUENCE_STEP_TOKENS, n_ctx,
+    const int32_t step = fm->device ? HX_SEQUENCE_STEP_TOKENS_GPU : HX_SEQUENCE_STEP_TOKENS;
+    const uint64_t swa_positions = (uint64_t)hx_kv_window_blocks(hp->sliding_window, step, n_ctx,
                                                                  KV_BLOCK_TOKENS) *
                                    KV_BLOCK_TOKENS * (uint64_t)n_batch;
     r->kv_bytes = n_swa > 0 ? positions * (r->kv_bytes_per_token - swa_tok) + swa_positions * swa_tok
@@ -491,7 +492,7 @@ hx_status hx_fit_compute(const hx_model_files *mf, const hx_fit_params *params, 
                                 hx_pmatmul_select(hx_cpu_isa()) != NULL));
     hx_status st = fm.device ? device_weights(mf, &fm, err) : weights(mf, &fm, err);
     if (st != HX_OK) return st;
-    const int64_t T = HX_SEQUENCE_STEP_TOKENS;
+    const int64_t T = fm.device ? HX_SEQUENCE_STEP_TOKENS_GPU : HX_SEQUENCE_STEP_TOKENS;
     const int32_t n_batch = p.n_batch > 0 ? p.n_batch : 8;
     uint64_t lr, lt, br, bt;
     llm_scratch(hp, T, n_batch, &lr, &lt);

@@ -33,7 +33,9 @@ hx_status hx_loaded_model_open(const char *model, const char *device, int n_thre
     if (st == HX_OK) st = hx_tokenizer_open(m.mf, &m.tok, err);
     if (st == HX_OK && with_template && m.mf->chat_template)
         st = hx_template_compile(m.mf->chat_template, strlen(m.mf->chat_template), &m.tpl, err);
-    if (st == HX_OK) st = hx_llm_open(m.mf, m.be, HX_SEQUENCE_STEP_TOKENS, &m.llm, err);
+    const int32_t step = hx_device_is_gpu(device) ? HX_SEQUENCE_STEP_TOKENS_GPU
+                                                  : HX_SEQUENCE_STEP_TOKENS;
+    if (st == HX_OK) st = hx_llm_open(m.mf, m.be, step, &m.llm, err);
     if (st != HX_OK) hx_loaded_model_close(&m);
     *out = m;
     return st;

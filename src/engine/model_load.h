@@ -23,7 +23,7 @@ typedef struct {
     hx_tokenizer   *tok;
     hx_template    *tpl;  /* NULL when the model has none or it was not asked for */
     hx_backend     *be;
-    hx_llm         *llm;  /* bound for HX_SEQUENCE_STEP_TOKENS rows per step */
+    hx_llm         *llm;  /* bound for HX_SEQUENCE_STEP_TOKENS(_GPU) rows per step */
     char            device[24]; /* "cpu" or "cuda:N": the device's name in reports (/stats) */
     /* A GPU's memory as its backend reported it right after opening, before any weight was
      * uploaded: what a memory budget on that device is measured against. 0 on the CPU (no

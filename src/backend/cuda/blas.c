@@ -28,7 +28,9 @@ static void load(void)
         return;
     }
     if (!sym(lib, "cublasCreate_v2", &blas.create) || !sym(lib, "cublasDestroy_v2", &blas.destroy) ||
-        !sym(lib, "cublasSetStream_v2", &blas.set_stream) || !sym(lib, "cublasGemmEx", &blas.gemm_ex) ||
+        !sym(lib, "cublasSetStream_v2", &blas.set_stream) ||
+        !sym(lib, "cublasSetWorkspace_v2", &blas.set_workspace) ||
+        !sym(lib, "cublasGemmEx", &blas.gemm_ex) ||
         !sym(lib, "cublasSgemm_v2", &blas.sgemm) ||
         !sym(lib, "cublasGetStatusString", &blas.status_string))
         failure = "libcublas.so.13 lacks an entry point hearth needs";

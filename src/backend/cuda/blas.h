@@ -13,6 +13,7 @@ typedef struct {
     cublasStatus_t (*create)(cublasHandle_t *h);
     cublasStatus_t (*destroy)(cublasHandle_t h);
     cublasStatus_t (*set_stream)(cublasHandle_t h, cudaStream_t s);
+    cublasStatus_t (*set_workspace)(cublasHandle_t h, void *ws, size_t bytes);
     cublasStatus_t (*gemm_ex)(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
                               int m, int n, int k, const void *alpha, const void *a,
                               cudaDataType at, int lda, const void *b, cudaDataType bt, int ldb,

@@ -6,12 +6,13 @@
  * backend serves one model, whose tensors live as long as it does. Activations and the KV pool
  * are plain device allocations.
  *
- * Ordering: every op is queued on one stream and returns; `read` (the logits) is where the host
- * waits. The small host arrays ops take (token ids, positions, block tables) are copied into a
- * pinned staging arena and from there to its device twin on the same stream, so the caller may
- * reuse them at once; the arena restarts after each `read`, and a step that would overflow it
- * waits for the stream first. An array equal to one staged since the last restart (a step's
- * positions, passed to every layer) is staged once.
+ * Ordering: every op is recorded and returns; `read` (the logits) runs the step's ops on one
+ * stream, as a CUDA graph when the same step was seen before (the op log, below), and waits.
+ * The small host arrays ops take (token ids, positions, block tables) are copied at once into a
+ * pinned staging arena, which the step copies to its device twin, so the caller may reuse them;
+ * the arena restarts after each `read`, and a step that would overflow it runs what it has and
+ * waits first. An array equal to one staged since the last restart (a step's positions, passed
+ * to every layer) is staged once.
  *
  * Matmuls: up to HX_CUDA_GEMV_ROWS rows (decode) run the fused-dequant GEMV, one pass over the
  * weight. More rows (prefill, large batches) dequantize the weight to f16 in chunks of rows and
@@ -36,6 +37,10 @@
 #define ARENA_BYTES  ((size_t)8 << 20)  /* staged host arrays between two reads */
 #define RECENT       32                 /* staged arrays remembered for reuse */
 #define HALF_W_ELEMS ((int64_t)32 << 20) /* f16 elements of one dequantized weight chunk */
+#define MAX_GRAPHS   16                 /* captured steps kept (least recently used goes) */
+#define SEEN         64                 /* signatures remembered until their second run */
+#define BLOCKS_PAD   64                 /* block tables are staged in multiples of this */
+#define BLAS_WS      ((size_t)32 << 20) /* cuBLAS workspace bytes */
 
 /* A device copy of a host tensor or array: a weight in its format, or floats (dtype F32). */
 typedef struct {
@@ -47,8 +52,24 @@ typedef struct {
 /* An array staged since the arena's last restart. */
 typedef struct {
     const void *src;
-    size_t      bytes, off;
+    size_t      bytes, padded, off;
 } staged;
+
+typedef struct cuda_impl cuda_impl;
+typedef void (*op_fn)(cuda_impl *c, const void *args);
+
+/* One recorded op: its function and its argument bytes at op_args + off. */
+typedef struct {
+    op_fn    fn;
+    uint32_t off, size;
+} op_rec;
+
+/* A captured step. */
+typedef struct {
+    uint64_t        sig;
+    cudaGraphExec_t exec;
+    uint64_t        last_use;
+} graph_ent;
 
 /* A matmul weight `weight` uploaded: the tensor handed to the model (its `prepared` points at
  * w) and the device allocations. */
@@ -57,7 +78,7 @@ typedef struct {
     hx_cuda_wmat w;
 } uploaded_weight;
 
-typedef struct {
+struct cuda_impl {
     int            device;
     cudaStream_t   stream;
     const hx_blas *blas;             /* cuBLAS, loaded at create */
@@ -80,7 +101,19 @@ typedef struct {
     double         op_start;
     struct { const char *name; double ms; int64_t n; } prof[24];
     int            n_prof;
-} cuda_impl;
+    op_rec        *ops;               /* the op log (see flush) */
+    size_t         n_ops, cap_ops;
+    unsigned char *op_args;
+    size_t         args_used, args_cap;
+    bool           use_graphs;        /* HEARTH_CUDA_GRAPHS=0 turns replay off */
+    graph_ent      graph[MAX_GRAPHS];
+    int            n_graph;
+    uint64_t       clock;
+    uint64_t       seen[SEEN];        /* signatures run once, eagerly */
+    int            n_seen;
+    int64_t        n_captures, n_replays;
+    void          *blas_ws;           /* cuBLAS's workspace: fixed, so GEMMs can be captured */
+};
 
 static void cuda_die(const char *what, const char *msg, const char *file, int line)
 {
@@ -151,33 +184,160 @@ static hx_status cuda_err(hx_err *err, hx_status st, const char *what, cudaError
     return hx_err_set(err, st, "cuda: %s: %s", what, cudaGetErrorString(e));
 }
 
+/* ---- the op log: ops recorded, run at the next `read`, repeated steps as CUDA graphs ----
+ *
+ * An op records its launch (a function and its arguments, device pointers and sizes only) and
+ * returns; `read`, `free`, `kv_free` and destroy run the log first. So a step (the ops between
+ * two reads) is known whole before any of it runs, and the second time a step with the same
+ * signature (every op's function and argument bytes, staging offsets included) comes, it is
+ * captured as a CUDA graph and from then on replayed with one launch: a decode step of an 8B
+ * model is ~550 launches, whose host cost is of the same order as the GPU time. The staged host
+ * arrays are copied by the graph from the pinned arena at replay, so new positions and block
+ * tables flow in without a new capture; block tables are staged padded to BLOCKS_PAD entries so
+ * that a growing context changes the signature only every BLOCKS_PAD blocks. */
+
+static void run_log(cuda_impl *c)
+{
+    for (size_t i = 0; i < c->n_ops; i++) {
+        c->ops[i].fn(c, c->op_args + c->ops[i].off);
+        CK(cudaGetLastError());
+    }
+}
+
+/* A hash of every op's function and argument bytes, a word at a time (argument records are
+ * memset before they are filled, so their padding is zero; their sizes are multiples of 8). */
+static uint64_t log_signature(const cuda_impl *c)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < c->n_ops; i++) {
+        uint64_t w = 0;
+        memcpy(&w, &c->ops[i].fn, sizeof w < sizeof c->ops[i].fn ? sizeof w : sizeof c->ops[i].fn);
+        h = (h ^ w ^ c->ops[i].size) * 1099511628211ull;
+        const unsigned char *a = c->op_args + c->ops[i].off;
+        for (size_t k = 0; k + 8 <= c->ops[i].size; k += 8) {
+            memcpy(&w, a + k, 8);
+            h = (h ^ w) * 1099511628211ull;
+            h ^= h >> 29;
+        }
+    }
+    return h;
+}
+
+/* Captures the log as a graph into a slot (the least recently used when all are taken). */
+static graph_ent *capture(cuda_impl *c, uint64_t sig)
+{
+    CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    run_log(c);
+    cudaGraph_t g;
+    CK(cudaStreamEndCapture(c->stream, &g));
+    cudaGraphExec_t exec;
+    CK(cudaGraphInstantiate(&exec, g, 0));
+    cudaGraphDestroy(g);
+    graph_ent *e = &c->graph[0];
+    if (c->n_graph < MAX_GRAPHS) e = &c->graph[c->n_graph++];
+    else {
+        for (int i = 1; i < MAX_GRAPHS; i++)
+            if (c->graph[i].last_use < e->last_use) e = &c->graph[i];
+        cudaGraphExecDestroy(e->exec);
+    }
+    *e = (graph_ent){sig, exec, 0};
+    c->n_captures++;
+    return e;
+}
+
+/* Runs what the log holds: a graph's replay, a capture (a signature seen once before), or the
+ * ops one by one. */
+static void flush(cuda_impl *c)
+{
+    if (c->n_ops == 0) return;
+    graph_ent *g = NULL;
+    if (c->use_graphs) {
+        const uint64_t sig = log_signature(c);
+        for (int i = 0; i < c->n_graph && !g; i++)
+            if (c->graph[i].sig == sig) g = &c->graph[i];
+        bool seen = false;
+        for (int i = 0; i < SEEN && !seen; i++) seen = c->seen[i] == sig;
+        if (!g && seen) g = capture(c, sig);
+        else if (!g) c->seen[c->n_seen++ % SEEN] = sig;
+        if (g) {
+            g->last_use = ++c->clock;
+            CK(cudaGraphLaunch(g->exec, c->stream));
+            c->n_replays++;
+        }
+    }
+    if (!g) run_log(c);
+    c->n_ops = 0;
+    c->args_used = 0;
+}
+
+/* Appends an op (its arguments are copied); with HEARTH_CUDA_PROFILE it runs at once, timed. */
+static void record(cuda_impl *c, const char *name, op_fn fn, const void *args, size_t size)
+{
+    if (c->profile) {
+        fn(c, args);
+        op_done(c, name);
+        return;
+    }
+    const size_t need = c->args_used + ((size + 15) & ~(size_t)15);
+    if (c->n_ops == c->cap_ops || need > c->args_cap) {
+        const size_t cap_ops = c->cap_ops ? 2 * c->cap_ops : 1024;
+        const size_t cap_args = need > 2 * c->args_cap ? 2 * need : 2 * c->args_cap;
+        op_rec *o = hx_realloc(c->ops, cap_ops * sizeof *o);
+        if (o) c->ops = o, c->cap_ops = cap_ops;
+        unsigned char *a = o ? hx_realloc(c->op_args, cap_args) : NULL;
+        if (a) c->op_args = a, c->args_cap = cap_args;
+        if (!o || !a) cuda_die("host allocation", "out of memory for the op log", __FILE__, __LINE__);
+    }
+    memcpy(c->op_args + c->args_used, args, size);
+    c->ops[c->n_ops++] = (op_rec){fn, (uint32_t)c->args_used, (uint32_t)size};
+    c->args_used = need;
+}
+
 /* ---- staging of small host arrays ---- */
 
-static const void *stage(cuda_impl *c, const void *src, size_t bytes)
+typedef struct {
+    size_t off, bytes;
+} stage_args;
+
+static void run_stage(cuda_impl *c, const void *p)
+{
+    const stage_args *a = p;
+    CK(cudaMemcpyAsync(c->arena_d + a->off, c->arena_h + a->off, a->bytes,
+                       cudaMemcpyHostToDevice, c->stream));
+}
+
+/* The device address of a copy of bytes of src, zero-padded to `padded` bytes. */
+static const void *stage(cuda_impl *c, const void *src, size_t bytes, size_t padded)
 {
     for (int i = 0; i < c->n_recent; i++)
         if (c->recent[i].src == src && c->recent[i].bytes == bytes &&
+            c->recent[i].padded == padded &&
             memcmp(c->arena_h + c->recent[i].off, src, bytes) == 0)
             return c->arena_d + c->recent[i].off;
-    HX_ASSERT(bytes <= ARENA_BYTES);
-    if (c->arena_used + bytes > ARENA_BYTES) { /* the staged bytes may still be in flight */
+    HX_ASSERT(bytes <= padded && padded <= ARENA_BYTES);
+    if (c->arena_used + padded > ARENA_BYTES) { /* staged bytes may still be unread: run them */
+        flush(c);
         CK(cudaStreamSynchronize(c->stream));
         c->arena_used = 0;
         c->n_recent = 0;
     }
     const size_t off = c->arena_used;
     memcpy(c->arena_h + off, src, bytes);
-    CK(cudaMemcpyAsync(c->arena_d + off, c->arena_h + off, bytes, cudaMemcpyHostToDevice,
-                       c->stream));
-    c->arena_used = (off + bytes + 15) & ~(size_t)15;
+    memset(c->arena_h + off + bytes, 0, padded - bytes);
+    stage_args a;
+    memset(&a, 0, sizeof a);
+    a.off = off;
+    a.bytes = padded;
+    record(c, "stage", run_stage, &a, sizeof a);
+    c->arena_used = (off + padded + 15) & ~(size_t)15;
     if (c->n_recent == RECENT) c->n_recent = 0; /* forget the oldest generation wholesale */
-    c->recent[c->n_recent++] = (staged){src, bytes, off};
+    c->recent[c->n_recent++] = (staged){src, bytes, padded, off};
     return c->arena_d + off;
 }
 
 static const int32_t *stage_ints(cuda_impl *c, const int32_t *src, int64_t n)
 {
-    return stage(c, src, (size_t)n * sizeof *src);
+    return stage(c, src, (size_t)n * sizeof *src, (size_t)n * sizeof *src);
 }
 
 /* ---- uploads ---- */
@@ -314,13 +474,14 @@ static void *cuda_alloc(hx_backend *be, size_t bytes)
 
 static void cuda_free(hx_backend *be, void *p)
 {
-    cx(be);
+    flush(cx(be)); /* recorded ops may still use p */
     cudaFree(p);
 }
 
 static void cuda_read(hx_backend *be, void *dst, const void *src, size_t n)
 {
     cuda_impl *c = cx(be);
+    flush(c);
     CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
     CK(cudaStreamSynchronize(c->stream));
     c->arena_used = 0; /* everything staged has been consumed */
@@ -337,10 +498,15 @@ static void cuda_mem_info(hx_backend *be, int64_t *free_bytes, int64_t *total_by
     *total_bytes = (int64_t)t;
 }
 
-/* Device buffer *p of at least n 2-byte elements (grown, never shrunk). */
-static hx_status ensure_half(void **p, int64_t *have, int64_t n, hx_err *err)
+/* Device buffer *p of at least n 2-byte elements (grown, never shrunk). Captured graphs have
+ * the old address baked in (it is not part of a step's signature), so growing drops them. */
+static hx_status ensure_half(cuda_impl *c, void **p, int64_t *have, int64_t n, hx_err *err)
 {
     if (n <= *have) return HX_OK;
+    flush(c);
+    CK(cudaStreamSynchronize(c->stream));
+    for (int i = 0; i < c->n_graph; i++) cudaGraphExecDestroy(c->graph[i].exec);
+    c->n_graph = 0;
     cudaFree(*p);
     *p = NULL;
     *have = 0;
@@ -354,9 +520,9 @@ static hx_status cuda_reserve(hx_backend *be, int64_t max_row, int64_t max_tok, 
 {
     cuda_impl *c = cx(be);
     if (max_tok <= HX_CUDA_GEMV_ROWS) return HX_OK; /* every matmul takes the GEMV */
-    hx_status st = ensure_half(&c->half_x, &c->half_x_elems, max_row * max_tok, err);
+    hx_status st = ensure_half(c, &c->half_x, &c->half_x_elems, max_row * max_tok, err);
     const int64_t w = c->max_weight_elems < HALF_W_ELEMS ? c->max_weight_elems : HALF_W_ELEMS;
-    return st == HX_OK ? ensure_half(&c->half_w, &c->half_w_elems, w, err) : st;
+    return st == HX_OK ? ensure_half(c, &c->half_w, &c->half_w_elems, w, err) : st;
 }
 
 /* ---- weights ---- */
@@ -436,10 +602,38 @@ static hx_status cuda_kv_alloc(hx_backend *be, hx_kv_store *kv, hx_err *err)
 
 static void cuda_kv_free(hx_backend *be, hx_kv_store *kv)
 {
-    cx(be);
+    flush(cx(be));
     cudaFree(kv->k);
     cudaFree(kv->v);
     kv->k = kv->v = NULL;
+}
+
+static void cuda_kv_copy(hx_backend *be, const hx_kv_store *kv, int32_t src, int32_t dst);
+
+static hx_cuda_kv kv_view(const hx_kv_store *kv)
+{
+    return (hx_cuda_kv){kv->k, kv->v, kv->n_layer, kv->n_kv_head, kv->d_head, kv->block_tokens};
+}
+
+/* The entries of the sequence's block table that positions below n_ctx use, padded. */
+static const int32_t *stage_blocks(cuda_impl *c, const hx_kv_store *kv, const hx_kv_seq *seq)
+{
+    const int64_t n = (seq->n_ctx + kv->block_tokens - 1) / kv->block_tokens;
+    const int64_t padded = (n + BLOCKS_PAD - 1) / BLOCKS_PAD * BLOCKS_PAD;
+    return stage(c, seq->blocks, (size_t)n * 4, (size_t)padded * 4);
+}
+
+typedef struct {
+    void  *dst[2];
+    const void *src[2];
+    size_t bytes;
+} copy_args;
+
+static void run_copy(cuda_impl *c, const void *p)
+{
+    const copy_args *a = p;
+    for (int i = 0; i < 2; i++)
+        CK(cudaMemcpyAsync(a->dst[i], a->src[i], a->bytes, cudaMemcpyDeviceToDevice, c->stream));
 }
 
 static void cuda_kv_copy(hx_backend *be, const hx_kv_store *kv, int32_t src, int32_t dst)
@@ -447,32 +641,61 @@ static void cuda_kv_copy(hx_backend *be, const hx_kv_store *kv, int32_t src, int
     cuda_impl *c = cx(be);
     HX_ASSERT(src != dst && src >= 0 && dst >= 0 && src < kv->n_blocks && dst < kv->n_blocks);
     const size_t per = kv_bytes(kv) / (size_t)kv->n_blocks;
-    const void *bases[2] = {kv->k, kv->v};
-    for (int i = 0; i < 2; i++)
-        CK(cudaMemcpyAsync((unsigned char *)(uintptr_t)bases[i] + (size_t)dst * per,
-                           (const unsigned char *)bases[i] + (size_t)src * per, per,
-                           cudaMemcpyDeviceToDevice, c->stream));
+    copy_args a;
+    memset(&a, 0, sizeof a);
+    a.dst[0] = (unsigned char *)kv->k + (size_t)dst * per;
+    a.dst[1] = (unsigned char *)kv->v + (size_t)dst * per;
+    a.src[0] = (const unsigned char *)kv->k + (size_t)src * per;
+    a.src[1] = (const unsigned char *)kv->v + (size_t)src * per;
+    a.bytes = per;
+    record(c, "kv_copy", run_copy, &a, sizeof a);
 }
 
-static hx_cuda_kv kv_view(const hx_kv_store *kv)
+typedef struct {
+    hx_cuda_kv     kv;
+    const int32_t *blocks, *pos;
+    const float   *q, *k, *v;
+    float         *out;
+    int64_t        n_tok;
+    int32_t        layer, n_head, window;
+    float          scale, softcap;
+} attn_args;
+
+/* The fields cache writes and attention share: the store, the layer, the sequence's staged
+ * block table and the rows' staged positions. */
+static void attn_common(cuda_impl *c, attn_args *a, const hx_kv_store *kv, int32_t layer,
+                        const hx_kv_seq *seq, const int32_t *pos, int64_t n_tok)
 {
-    return (hx_cuda_kv){kv->k, kv->v, kv->n_layer, kv->n_kv_head, kv->d_head, kv->block_tokens};
+    memset(a, 0, sizeof *a);
+    a->kv = kv_view(kv);
+    a->layer = layer;
+    a->blocks = stage_blocks(c, kv, seq);
+    a->pos = stage_ints(c, pos, n_tok);
+    a->n_tok = n_tok;
 }
 
-/* The entries of the sequence's block table that positions below n_ctx use. */
-static const int32_t *stage_blocks(cuda_impl *c, const hx_kv_store *kv, const hx_kv_seq *seq)
+static void run_kv_write(cuda_impl *c, const void *p)
 {
-    return stage_ints(c, seq->blocks, (seq->n_ctx + kv->block_tokens - 1) / kv->block_tokens);
+    const attn_args *a = p;
+    hx_cuda_kv_write(&a->kv, a->layer, a->blocks, a->pos, a->k, a->v, a->n_tok, c->stream);
 }
 
 static void cuda_kv_write(hx_backend *be, hx_kv_store *kv, int32_t layer, const hx_kv_seq *seq,
                           const int32_t *pos, const float *k, const float *v, int64_t n_tok)
 {
     cuda_impl *c = cx(be);
-    const hx_cuda_kv view = kv_view(kv);
-    hx_cuda_kv_write(&view, layer, stage_blocks(c, kv, seq), stage_ints(c, pos, n_tok), k, v,
-                     n_tok, c->stream);
-    op_done(c, "kv_write");
+    attn_args a;
+    attn_common(c, &a, kv, layer, seq, pos, n_tok);
+    a.k = k;
+    a.v = v;
+    record(c, "kv_write", run_kv_write, &a, sizeof a);
+}
+
+static void run_attention(cuda_impl *c, const void *p)
+{
+    const attn_args *a = p;
+    hx_cuda_attention(&a->kv, a->layer, a->blocks, a->q, a->pos, a->n_tok, a->n_head, a->scale,
+                      a->window, a->softcap, a->out, c->stream);
 }
 
 static void cuda_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
@@ -482,20 +705,44 @@ static void cuda_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
     cuda_impl *c = cx(be);
     HX_ASSERT(s->n_kv_head == kv->n_kv_head && s->d_head == kv->d_head &&
               s->n_head % s->n_kv_head == 0);
-    const hx_cuda_kv view = kv_view(kv);
-    hx_cuda_attention(&view, layer, stage_blocks(c, kv, seq), q, stage_ints(c, pos, n_tok),
-                      n_tok, s->n_head, s->scale, s->sliding_window, s->softcap, out, c->stream);
-    op_done(c, "attention");
+    attn_args a;
+    attn_common(c, &a, kv, layer, seq, pos, n_tok);
+    a.q = q;
+    a.out = out;
+    a.n_head = s->n_head;
+    a.window = s->sliding_window;
+    a.scale = s->scale;
+    a.softcap = s->softcap;
+    record(c, "attention", run_attention, &a, sizeof a);
 }
 
 /* ---- matmul and the other ops ---- */
+
+typedef struct {
+    hx_cuda_wmat   w;
+    const int32_t *ids;
+    const float   *x, *bias;
+    int64_t        n;
+    float         *out;
+} mat_args;
+
+static void run_embed(cuda_impl *c, const void *p)
+{
+    const mat_args *a = p;
+    hx_cuda_embed(&a->w, a->ids, a->n, a->out, c->stream);
+}
 
 static void cuda_embed(hx_backend *be, const hx_tensor *w, const int32_t *ids, int64_t n_tok,
                        float *out)
 {
     cuda_impl *c = cx(be);
-    hx_cuda_embed(dev_wmat_of(c, w), stage_ints(c, ids, n_tok), n_tok, out, c->stream);
-    op_done(c, "embed");
+    mat_args a;
+    memset(&a, 0, sizeof a);
+    a.w = *dev_wmat_of(c, w);
+    a.ids = stage_ints(c, ids, n_tok);
+    a.n = n_tok;
+    a.out = out;
+    record(c, "embed", run_embed, &a, sizeof a);
 }
 
 /* out[rows, o0:o1] = a[o0:o1] . x for a in 2-byte dtype `type` ([o1 - o0, n_in] row-major)
@@ -506,9 +753,43 @@ static void gemm_half(cuda_impl *c, const void *a, const void *x, cudaDataType t
 {
     const float one = 1.0f, zero = 0.0f;
     CK_BLAS(c->blas->gemm_ex(c->handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)(o1 - o0), (int)n_rows,
-                         (int)n_in, &one, a, type, (int)n_in, x, type, (int)n_in, &zero,
-                         out + o0, CUDA_R_32F, (int)n_out, CUBLAS_COMPUTE_32F,
-                         CUBLAS_GEMM_DEFAULT));
+                             (int)n_in, &one, a, type, (int)n_in, x, type, (int)n_in, &zero,
+                             out + o0, CUDA_R_32F, (int)n_out, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT));
+}
+
+static void run_matmul(cuda_impl *c, const void *p)
+{
+    const mat_args *a = p;
+    const hx_cuda_wmat *wm = &a->w;
+    const int64_t n_rows = a->n, n_in = wm->n_in, n_out = wm->n_out;
+    if (n_rows <= HX_CUDA_GEMV_ROWS) {
+        hx_cuda_gemv(wm, a->x, n_rows, a->bias, a->out, c->stream);
+        return;
+    }
+    if (wm->dtype == HX_DT_F32) { /* no conversion: single precision, exact */
+        const float one = 1.0f, zero = 0.0f;
+        CK_BLAS(c->blas->sgemm(c->handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, (int)n_rows,
+                               (int)n_in, &one, wm->q, (int)n_in, a->x, (int)n_in, &zero, a->out,
+                               (int)n_out));
+    } else {
+        const bool bf16 = wm->dtype == HX_DT_BF16;
+        const cudaDataType type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+        HX_ASSERT(n_rows * n_in <= c->half_x_elems); /* reserve sized it */
+        hx_cuda_to_half(a->x, n_rows * n_in, c->half_x, bf16, c->stream);
+        if (wm->dtype == HX_DT_F16 || bf16) {
+            gemm_half(c, wm->q, c->half_x, type, 0, n_out, n_in, n_rows, n_out, a->out);
+        } else {
+            const int64_t chunk = c->half_w_elems / n_in;
+            HX_ASSERT(chunk >= 1);
+            for (int64_t o0 = 0; o0 < n_out; o0 += chunk) {
+                const int64_t o1 = o0 + chunk < n_out ? o0 + chunk : n_out;
+                hx_cuda_dequant_rows(wm, o0, o1, c->half_w, 0, c->stream);
+                gemm_half(c, c->half_w, c->half_x, type, o0, o1, n_in, n_rows, n_out, a->out);
+            }
+        }
+    }
+    if (a->bias) hx_cuda_add_bias(a->out, a->bias, n_rows, n_out, c->stream);
 }
 
 static void cuda_matmul(hx_backend *be, const hx_tensor *w, const hx_tensor *bias, const float *x,
@@ -516,100 +797,159 @@ static void cuda_matmul(hx_backend *be, const hx_tensor *w, const hx_tensor *bia
 {
     cuda_impl *c = cx(be);
     HX_ASSERT(w->prepared); /* every matmul weight went through `weight` */
-    const hx_cuda_wmat *wm = w->prepared;
-    const float *b = bias ? dev_floats_of(c, bias) : NULL;
-    if (n_rows <= HX_CUDA_GEMV_ROWS) {
-        hx_cuda_gemv(wm, x, n_rows, b, out, c->stream);
-        op_done(c, "matmul gemv");
-        return;
-    }
-    const int64_t n_in = wm->n_in, n_out = wm->n_out;
-    if (wm->dtype == HX_DT_F32) { /* no conversion: single precision, exact */
-        const float one = 1.0f, zero = 0.0f;
-        CK_BLAS(c->blas->sgemm(c->handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, (int)n_rows,
-                            (int)n_in, &one, wm->q, (int)n_in, x, (int)n_in, &zero, out,
-                            (int)n_out));
-    } else {
-        const bool bf16 = wm->dtype == HX_DT_BF16;
-        const cudaDataType type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-        HX_ASSERT(n_rows * n_in <= c->half_x_elems); /* reserve sized it */
-        hx_cuda_to_half(x, n_rows * n_in, c->half_x, bf16, c->stream);
-        if (wm->dtype == HX_DT_F16 || bf16) {
-            gemm_half(c, wm->q, c->half_x, type, 0, n_out, n_in, n_rows, n_out, out);
-        } else {
-            const int64_t chunk = c->half_w_elems / n_in;
-            HX_ASSERT(chunk >= 1);
-            for (int64_t o0 = 0; o0 < n_out; o0 += chunk) {
-                const int64_t o1 = o0 + chunk < n_out ? o0 + chunk : n_out;
-                hx_cuda_dequant_rows(wm, o0, o1, c->half_w, 0, c->stream);
-                gemm_half(c, c->half_w, c->half_x, type, o0, o1, n_in, n_rows, n_out, out);
-            }
-        }
-    }
-    if (b) hx_cuda_add_bias(out, b, n_rows, n_out, c->stream);
-    op_done(c, "matmul gemm");
+    mat_args a;
+    memset(&a, 0, sizeof a);
+    a.w = *(const hx_cuda_wmat *)w->prepared;
+    a.bias = bias ? dev_floats_of(c, bias) : NULL;
+    a.x = x;
+    a.n = n_rows;
+    a.out = out;
+    record(c, n_rows <= HX_CUDA_GEMV_ROWS ? "matmul gemv" : "matmul gemm", run_matmul, &a,
+           sizeof a);
+}
+
+/* The row and element-wise ops share one argument record. */
+typedef struct {
+    const float   *x, *y, *w;
+    float         *out;
+    const int32_t *idx;
+    int64_t        n, d;
+    float          f;
+    int32_t        i0, i1, i2, i3;
+} row_args;
+
+static void run_rmsnorm(cuda_impl *c, const void *p)
+{
+    const row_args *a = p;
+    hx_cuda_rmsnorm(a->x, a->w, a->n, a->d, a->f, a->out, c->stream);
 }
 
 static void cuda_rmsnorm(hx_backend *be, const float *x, const hx_tensor *w, int64_t n_rows,
                          int64_t d, float eps, float *out)
 {
     cuda_impl *c = cx(be);
-    hx_cuda_rmsnorm(x, dev_floats_of(c, w), n_rows, d, eps, out, c->stream);
-    op_done(c, "rmsnorm");
+    row_args a;
+    memset(&a, 0, sizeof a);
+    a.x = x;
+    a.w = dev_floats_of(c, w);
+    a.n = n_rows;
+    a.d = d;
+    a.f = eps;
+    a.out = out;
+    record(c, "rmsnorm", run_rmsnorm, &a, sizeof a);
+}
+
+static void run_rope(cuda_impl *c, const void *p)
+{
+    const row_args *a = p;
+    hx_cuda_rope(a->out, a->idx, a->n, a->i0, a->i1, a->w, a->i2, a->f, a->i3, c->stream);
 }
 
 static void cuda_rope(hx_backend *be, float *x, const int32_t *pos, int64_t n_tok, int32_t n_head,
                       int32_t d_head, const hx_rope *rope)
 {
     cuda_impl *c = cx(be);
-    hx_cuda_rope(x, stage_ints(c, pos, n_tok), n_tok, n_head, d_head,
-                 dev_array(c, rope->inv_freq, rope->n_rot / 2), rope->n_rot, rope->mscale,
-                 rope->pairs, c->stream);
-    op_done(c, "rope");
+    row_args a;
+    memset(&a, 0, sizeof a);
+    a.out = x;
+    a.idx = stage_ints(c, pos, n_tok);
+    a.n = n_tok;
+    a.i0 = n_head;
+    a.i1 = d_head;
+    a.w = dev_array(c, rope->inv_freq, rope->n_rot / 2);
+    a.i2 = rope->n_rot;
+    a.f = rope->mscale;
+    a.i3 = rope->pairs;
+    record(c, "rope", run_rope, &a, sizeof a);
+}
+
+static void run_gather(cuda_impl *c, const void *p)
+{
+    const row_args *a = p;
+    hx_cuda_gather_rows(a->x, a->idx, a->n, a->d, a->out, c->stream);
 }
 
 static void cuda_gather_rows(hx_backend *be, const float *src, const int32_t *rows, int64_t n,
                              int64_t d, float *dst)
 {
     cuda_impl *c = cx(be);
-    hx_cuda_gather_rows(src, stage_ints(c, rows, n), n, d, dst, c->stream);
-    op_done(c, "gather_rows");
+    row_args a;
+    memset(&a, 0, sizeof a);
+    a.x = src;
+    a.idx = stage_ints(c, rows, n);
+    a.n = n;
+    a.d = d;
+    a.out = dst;
+    record(c, "gather_rows", run_gather, &a, sizeof a);
+}
+
+static void run_glu(cuda_impl *c, const void *p)
+{
+    const row_args *a = p;
+    hx_cuda_glu(a->x, a->y, a->n, a->i0, a->out, c->stream);
+}
+
+static void glu(hx_backend *be, const float *gate, const float *up, int64_t n, int act, float *out)
+{
+    cuda_impl *c = cx(be);
+    row_args a;
+    memset(&a, 0, sizeof a);
+    a.x = gate;
+    a.y = up;
+    a.n = n;
+    a.i0 = act;
+    a.out = out;
+    record(c, act ? "geglu" : "swiglu", run_glu, &a, sizeof a);
 }
 
 static void cuda_swiglu(hx_backend *be, const float *gate, const float *up, int64_t n, float *out)
 {
-    cuda_impl *c = cx(be);
-    hx_cuda_glu(gate, up, n, 0, out, c->stream);
-    op_done(c, "swiglu");
+    glu(be, gate, up, n, 0, out);
 }
 
 static void cuda_geglu(hx_backend *be, const float *gate, const float *up, int64_t n, float *out)
 {
+    glu(be, gate, up, n, 1, out);
+}
+
+/* add (i0 0), scale (1) and softcap (2) of n elements of x in place. */
+static void run_elementwise(cuda_impl *c, const void *p)
+{
+    const row_args *a = p;
+    if (a->i0 == 0) hx_cuda_add(a->out, a->y, a->n, c->stream);
+    else if (a->i0 == 1) hx_cuda_scale(a->out, a->f, a->n, c->stream);
+    else hx_cuda_softcap(a->out, a->f, a->n, c->stream);
+}
+
+static void elementwise(hx_backend *be, const char *name, int kind, float *x, const float *y,
+                        float f, int64_t n)
+{
     cuda_impl *c = cx(be);
-    hx_cuda_glu(gate, up, n, 1, out, c->stream);
-    op_done(c, "geglu");
+    row_args a;
+    memset(&a, 0, sizeof a);
+    a.out = x;
+    a.y = y;
+    a.f = f;
+    a.n = n;
+    a.i0 = kind;
+    record(c, name, run_elementwise, &a, sizeof a);
 }
 
 static void cuda_add(hx_backend *be, float *x, const float *y, int64_t n)
 {
-    cuda_impl *c = cx(be);
-    hx_cuda_add(x, y, n, c->stream);
-    op_done(c, "add");
+    elementwise(be, "add", 0, x, y, 0.0f, n);
 }
 
 static void cuda_scale(hx_backend *be, float *x, float s, int64_t n)
 {
-    cuda_impl *c = cx(be);
-    hx_cuda_scale(x, s, n, c->stream);
-    op_done(c, "scale");
+    elementwise(be, "scale", 1, x, NULL, s, n);
 }
 
 static void cuda_softcap(hx_backend *be, float *x, float cap, int64_t n)
 {
-    cuda_impl *c = cx(be);
-    hx_cuda_softcap(x, cap, n, c->stream);
-    op_done(c, "softcap");
+    elementwise(be, "softcap", 2, x, NULL, cap, n);
 }
+
 
 /* ---- life cycle ---- */
 
@@ -619,7 +959,17 @@ static void cuda_destroy(hx_backend *be)
     cuda_impl *c = be->impl;
     if (c) {
         cudaSetDevice(c->device);
-        if (c->stream) cudaStreamSynchronize(c->stream);
+        if (c->stream) {
+            flush(c);
+            cudaStreamSynchronize(c->stream);
+        }
+        for (int i = 0; i < c->n_graph; i++) cudaGraphExecDestroy(c->graph[i].exec);
+        if (getenv("HEARTH_CUDA_PROFILE"))
+            fprintf(stderr, "hearth: cuda profile: %lld steps captured as graphs, %lld replays\n",
+                    (long long)c->n_captures, (long long)c->n_replays);
+        hx_free(c->ops);
+        hx_free(c->op_args);
+        cudaFree(c->blas_ws);
         double total = 0;
         for (int i = 0; i < c->n_prof; i++) total += c->prof[i].ms;
         for (int i = 0; i < c->n_prof; i++)
@@ -696,6 +1046,8 @@ hx_status hx_cuda_backend_create(int device, hx_backend **out, hx_err *err)
     c->device = device;
     const char *prof = getenv("HEARTH_CUDA_PROFILE");
     c->profile = prof && *prof && strcmp(prof, "0") != 0;
+    const char *graphs = getenv("HEARTH_CUDA_GRAPHS");
+    c->use_graphs = !(graphs && strcmp(graphs, "0") == 0);
     hx_status st = HX_OK;
     if ((e = cudaSetDevice(device)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess)
@@ -706,8 +1058,11 @@ hx_status hx_cuda_backend_create(int device, hx_backend **out, hx_err *err)
         st = cuda_err(err, HX_E_NOMEM, "staging memory", e);
     else if (!(c->blas = hx_blas_load(err)))
         st = HX_E_NOTFOUND;
+    else if ((e = cudaMalloc(&c->blas_ws, BLAS_WS)) != cudaSuccess)
+        st = cuda_err(err, HX_E_NOMEM, "cuBLAS workspace", e);
     else if (c->blas->create(&c->handle) != CUBLAS_STATUS_SUCCESS ||
-             c->blas->set_stream(c->handle, c->stream) != CUBLAS_STATUS_SUCCESS)
+             c->blas->set_stream(c->handle, c->stream) != CUBLAS_STATUS_SUCCESS ||
+             c->blas->set_workspace(c->handle, c->blas_ws, BLAS_WS) != CUBLAS_STATUS_SUCCESS)
         st = hx_err_set(err, HX_E_NOTFOUND, "cuda: cuBLAS could not start");
     if (st != HX_OK) {
         (void)cudaGetLastError();

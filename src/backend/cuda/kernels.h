@@ -65,7 +65,10 @@ void hx_cuda_kv_write(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks
                       const int32_t *pos, const float *k, const float *v, int64_t n_tok,
                       hx_cuda_stream s);
 /* Causal attention of n_tok rows of q [n_tok, n_head, d_head] over the sequence's cache
- * (row t sees positions up to pos[t], from pos[t] - window + 1 when window > 0). */
+ * (row t sees positions up to pos[t], from pos[t] - window + 1 when window > 0). From
+ * HX_CUDA_FLASH_ROWS rows with d_head 64 or 128 it runs on the tensor cores (q, and the
+ * probabilities, rounded to f16: relative error ~1e-3 instead of ~1e-6). */
+#define HX_CUDA_FLASH_ROWS 16
 void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,
                        const float *q, const int32_t *pos, int64_t n_tok, int32_t n_head,
                        float scale, int32_t window, float softcap, float *out, hx_cuda_stream s);
