@@ -111,7 +111,6 @@ struct cuda_impl {
     uint64_t       clock;
     uint64_t       seen[SEEN];        /* signatures run once, eagerly */
     int            n_seen;
-    int64_t        n_captures, n_replays;
     void          *blas_ws;           /* cuBLAS's workspace: fixed, so GEMMs can be captured */
 };
 
@@ -241,7 +240,6 @@ static graph_ent *capture(cuda_impl *c, uint64_t sig)
         cudaGraphExecDestroy(e->exec);
     }
     *e = (graph_ent){sig, exec, 0};
-    c->n_captures++;
     return e;
 }
 
@@ -262,7 +260,6 @@ static void flush(cuda_impl *c)
         if (g) {
             g->last_use = ++c->clock;
             CK(cudaGraphLaunch(g->exec, c->stream));
-            c->n_replays++;
         }
     }
     if (!g) run_log(c);
@@ -964,9 +961,6 @@ static void cuda_destroy(hx_backend *be)
             cudaStreamSynchronize(c->stream);
         }
         for (int i = 0; i < c->n_graph; i++) cudaGraphExecDestroy(c->graph[i].exec);
-        if (getenv("HEARTH_CUDA_PROFILE"))
-            fprintf(stderr, "hearth: cuda profile: %lld steps captured as graphs, %lld replays\n",
-                    (long long)c->n_captures, (long long)c->n_replays);
         hx_free(c->ops);
         hx_free(c->op_args);
         cudaFree(c->blas_ws);

@@ -3,8 +3,8 @@
 // Napkin math that shaped them. Decode is a GEMV over every weight once per step: at batch 1
 // an 8B Q4_0 model reads ~4.7 GB per token, ~1 ms at the H200's ~4.5 TB/s, while its 16 GFLOP
 // take ~0.2 ms on the CUDA cores even as plain FMAs; so the GEMV spends its effort on memory
-// parallelism (one warp per output row, lanes on adjacent 32-element sub-blocks, every row of
-// the batch applied to each dequantized sub-block while it is in registers). Prefill is
+// parallelism (a warp per four output rows, lanes on adjacent 8-element slices, every row of
+// the batch applied to each dequantized slice while it is in registers). Prefill is
 // matrix bound: weights are dequantized to f16 in row chunks and multiplied by cuBLAS on the
 // tensor cores (cuda_backend.c). Attention reads f16 K/V through the block table: four warps
 // per (row, head) split the context, each lane scoring its own key of a 32-key chunk, then the
