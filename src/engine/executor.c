@@ -220,6 +220,7 @@ static void slot_start(hx_executor *ex, slot *sl, hx_job *j)
     sl->gp = c->gp;
     sl->gp.cancelled = job_cancelled;
     sl->gp.every_token = c->logprobs; /* one logprob record per token, text or not */
+    sl->gp.logprobs = c->logprobs;
     hx_sequence_clear(sl->seq);
     if (ex->cache && c->n_prompt > 1) {
         /* Never the last prompt token: its logits must be computed. Whole blocks are shared; the

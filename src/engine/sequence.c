@@ -377,8 +377,8 @@ static void sample_next(hx_gen *g, float *logits)
 {
     hx_sequence *s = g->s;
     hx_gen_stats *st = &g->stats;
-    hx_token_logprobs lp;
-    const int32_t tok = hx_sampler_sample(g->smp, logits, &lp);
+    hx_token_logprobs lp_rec, *lp = g->gp->logprobs ? &lp_rec : NULL;
+    const int32_t tok = hx_sampler_sample(g->smp, logits, lp);
     if (st->n_gen == 0) {
         g->t_first = hx_now_ms();
         st->first_ms = g->t_first - g->t0;
@@ -415,14 +415,14 @@ static void sample_next(hx_gen *g, float *logits)
     const long at = find_stop(g->text, g->text_len, g->gp, &st->stop_index);
     if (at >= 0) { /* hand over what precedes the stop string, drop the rest */
         st->finish = HX_FINISH_STOP;
-        if (at > 0) emit(g, g->text, (size_t)at, &lp);
+        if (at > 0) emit(g, g->text, (size_t)at, lp);
         g->stopped_by_string = true;
         g->done = true;
         return;
     }
     const size_t ready = g->text_len - pending_stop_prefix(g->text, g->text_len, g->gp);
     if (ready > 0 || g->gp->every_token) {
-        emit(g, g->text, ready, &lp);
+        emit(g, g->text, ready, lp);
         if (g->done) {
             g->text_len = 0;
             return;

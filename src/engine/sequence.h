@@ -30,6 +30,7 @@ typedef struct {
     bool               ignore_eos;  /* an end token the grammar chose still ends the turn */
     bool               every_token; /* call cb for every token, with len 0 while its text is
                                      * not final yet (so logprobs cover each token) */
+    bool               logprobs;    /* give cb the tokens' log-probabilities (else lp is NULL) */
     /* Polled between prefill chunks and before every decode step with the callback's user
      * pointer; returning true stops the generation (HX_FINISH_CANCELLED). NULL: never. */
     bool (*cancelled)(void *user);

@@ -327,9 +327,12 @@ int32_t hx_sampler_sample(hx_sampler *s, float *logits, hx_token_logprobs *lp)
     int32_t best = 0;
     for (int32_t i = 0; i < V; i++)
         if (logits[i] > mx) mx = logits[i], best = i;
-    double z = 0.0;
-    for (int32_t i = 0; i < V; i++) z += exp((double)(logits[i] - mx));
-    const float log_z = mx + (float)log(z);
+    float log_z = 0.0f; /* only with lp: a pass of exp over the vocabulary costs ~1 ms */
+    if (lp) {
+        double z = 0.0;
+        for (int32_t i = 0; i < V; i++) z += exp((double)(logits[i] - mx));
+        log_z = mx + (float)log(z);
+    }
 
     /* The alternatives first: the chain below reuses cands. */
     if (lp) {
