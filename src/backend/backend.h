@@ -121,6 +121,10 @@ struct hx_backend {
      * tensor with weight_release before the backend is destroyed; w must outlive the copy. */
     const hx_tensor *(*weight)(hx_backend *be, const hx_tensor *w, hx_err *err);
     void (*weight_release)(hx_backend *be, const hx_tensor *w);
+    /* Optional (NULL on the CPU): called once at load with the embedding table, so that a
+     * backend with memory of its own copies it then rather than at the first embed (a GPU's
+     * first request would wait for it). HX_E_NOMEM when it does not fit. */
+    hx_status (*table)(hx_backend *be, const hx_tensor *w, hx_err *err);
 
     /* KV storage for n_blocks blocks in kv->dtype; freed by kv_free. HX_E_INVALID when the
      * backend cannot store that dtype for this shape (quantized with d_head % 32 != 0). */

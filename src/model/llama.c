@@ -316,6 +316,7 @@ hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok,
         if ((st = bind_layer(m, i, err)) != HX_OK) goto fail;
     if (hp->norm_plus_one && (st = hx_model_fold_norms(m, err)) != HX_OK) goto fail;
     if ((st = each_matmul(m, prepare, err)) != HX_OK) goto fail;
+    if (m->be->table && (st = m->be->table(m->be, m->tok_embd, err)) != HX_OK) goto fail;
     if ((st = hx_model_rope_setup(m, err)) != HX_OK) goto fail;
 
     hp = &m->hp; /* binding the experts may have completed it */

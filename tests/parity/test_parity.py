@@ -132,6 +132,25 @@ def tiny(tmp_path_factory):
     return out
 
 
+# On a GPU the GEMV over block formats rounds its input to int8 per 32 values (as llama.cpp
+# does; tests/unit/test_cuda_ops.c bounds its error), so a random tiny model's greedy path may
+# take the other side of a near tie. There the continuations must agree up to a step where the
+# reference itself rates our token within TIE_NATS of its best; on the CPU they must be equal.
+TIE_NATS = 0.05
+
+
+def greedy_matches(m, tokens, ours, ref):
+    if ours == ref:
+        return True
+    if not DEVICE or len(ours) != len(ref):
+        return False
+    i = next(k for k in range(len(ref)) if ours[k] != ref[k])
+    row = log_softmax(m.forward(tokens + ref[:i])[-1].astype(np.float64))
+    gap = float(row.max() - row[ours[i]])
+    print(f"greedy paths part at step {i}: our token is {gap:.3g} nats below the reference's")
+    return gap <= TIE_NATS
+
+
 def compare_tiny(model, tokens, tmp_path, name):
     """Runs hx-logits (teacher-forced, chunks of 40, then 16 greedy tokens) and the reference on
     one tiny model; returns top-1 agreement, mean KL(reference || hearth), the largest log-prob
@@ -153,7 +172,7 @@ def compare_tiny(model, tokens, tmp_path, name):
     agree = float((ours.argmax(-1) == ref.argmax(-1)).mean())
     kl = float((np.exp(ref) * (ref - ours)).sum(-1).mean())
     dlogp, span = float(np.abs(ref - ours).max()), float((ref.max(-1) - ref.min(-1)).max())
-    greedy_equal = json.loads(p.stdout) == m.greedy(tokens, 16)
+    greedy_equal = greedy_matches(m, tokens, json.loads(p.stdout), m.greedy(tokens, 16))
     print(f"{name}: top-1 {agree:.4f}, mean KL {kl:.2e}, max |dlogp| {dlogp:.2e} of a span of "
           f"{span:.0f}, greedy equal {greedy_equal}")
     return agree, kl, dlogp, span, greedy_equal

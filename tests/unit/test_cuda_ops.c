@@ -5,6 +5,9 @@
  * compares by relative error ||gpu - ref|| / ||ref|| against a stated tolerance:
  *  - 1e-5: f32 arithmetic that differs only in summation order and FMA contraction (the GEMV,
  *    norms, rope, element-wise ops, decode attention over the same f16 cache);
+ *  - the GEMV over block formats rounds x to int8 per 32 values first (as llama.cpp does):
+ *    against a float64 loop over x rounded the same way, 1e-5; against x itself, 2e-2 (the
+ *    rounding's own error, ~4e-3 on uniform inputs);
  *  - 3e-3: matmuls of more than HX_CUDA_GEMV_ROWS rows, whose inputs cuBLAS takes in f16 (each
  *    rounded by up to 2^-11; the errors of a long dot product mostly cancel, ~1e-3 measured),
  *    and prefill attention on the tensor cores (q and the probabilities in f16);
@@ -195,6 +198,25 @@ static void matmul_ref(const hx_tensor *w, const float *bias, const float *x, in
     hx_free(row);
 }
 
+/* x as the GEMV over a block format reads it: each 32 values rounded to q * d with
+ * d = max |x| / 127 (kernels.h, hx_cuda_quantize_x). */
+static void round_like_gemv(const float *x, int64_t n, float *out)
+{
+    for (int64_t b = 0; b < n; b += 32) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b + i]));
+        const float d = amax / 127.0f;
+        for (int i = 0; i < 32; i++)
+            out[b + i] = d > 0.0f ? (float)((double)rintf(x[b + i] / d) * d) : 0.0f;
+    }
+}
+
+static bool gemv_rounds_x(hx_dtype dt, int64_t n_rows)
+{
+    return n_rows <= HX_CUDA_GEMV_ROWS && dt != HX_DT_F32 && dt != HX_DT_F16 &&
+           dt != HX_DT_BF16;
+}
+
 /* Every format through `weight` and `matmul`, at row counts on both paths (GEMV up to
  * HX_CUDA_GEMV_ROWS, cuBLAS above), with and without a bias. */
 static int test_matmul_formats(void)
@@ -228,12 +250,24 @@ static int test_matmul_formats(void)
             gpu->matmul(gpu, pw, with_bias ? &bias : NULL, dx, n, dout);
             back(got, dout, n * n_out);
             matmul_ref(&w.t, with_bias ? bias_v : NULL, x, n, want);
-            const double tol = n <= HX_CUDA_GEMV_ROWS || all_formats[f] == HX_DT_F32 ? 1e-5
-                                                                                    : 3e-3;
+            const bool rounds = gemv_rounds_x(all_formats[f], n);
+            const double tol = rounds ? 2e-2
+                               : n <= HX_CUDA_GEMV_ROWS || all_formats[f] == HX_DT_F32 ? 1e-5
+                                                                                      : 3e-3;
             const double e = rel_err(got, want, n * n_out);
             if (!(e <= tol))
                 CHECK_FAIL("format %s, %lld rows: relative error %.3g (tol %g)",
                            hx_dtypes[all_formats[f]].name, (long long)n, e, tol);
+            if (rounds) { /* exact up to summation order against the same rounding */
+                float *xr = hx_alloc((size_t)(n * n_in) * sizeof *xr);
+                round_like_gemv(x, n * n_in, xr);
+                matmul_ref(&w.t, with_bias ? bias_v : NULL, xr, n, want);
+                const double er = rel_err(got, want, n * n_out);
+                if (!(er <= 1e-5))
+                    CHECK_FAIL("format %s, %lld rows, against rounded x: relative error %.3g",
+                               hx_dtypes[all_formats[f]].name, (long long)n, er);
+                hx_free(xr);
+            }
             gpu->free(gpu, dx);
             gpu->free(gpu, dout);
             hx_free(x);
@@ -272,6 +306,70 @@ static int test_matmul_chunks(void)
     hx_free(x);
     hx_free(got);
     hx_free(want);
+    return 0;
+}
+
+/* Matmuls in a row with the same input (q, k, v) share one rounding of it; an op that
+ * changes the input in between makes the next GEMV round it again; rmsnorm and swiglu round
+ * their output when a GEMV reads it next. */
+static int test_gemv_input_reuse(void)
+{
+    NEED_GPU();
+    hx_err err = {0};
+    enum { N_IN = 256, N_OUT = 96, ROWS = 2 };
+    static weight a, b;
+    if (weight_make(&a, HX_DT_Q4_0, N_OUT, N_IN) || weight_make(&b, HX_DT_Q6_K, N_OUT, N_IN))
+        return 1;
+    const hx_tensor *pa = gpu->weight(gpu, &a.t, &err), *pb = gpu->weight(gpu, &b.t, &err);
+    CHECK(pa && pb);
+    float x[ROWS * N_IN], xr[ROWS * N_IN], got[ROWS * N_OUT], want[ROWS * N_OUT];
+    fill(x, ROWS * N_IN, -1, 1);
+    float *dx = dev(x, ROWS * N_IN), *d1 = dev(NULL, ROWS * N_OUT), *d2 = dev(NULL, ROWS * N_OUT);
+    for (int step = 0; step < 3; step++) { /* 3 steps: eager, captured, replayed */
+        gpu->matmul(gpu, pa, NULL, dx, ROWS, d1);
+        gpu->matmul(gpu, pb, NULL, dx, ROWS, d2); /* reuses the rounding */
+        gpu->scale(gpu, dx, 0.5f, ROWS * N_IN);
+        gpu->matmul(gpu, pa, NULL, dx, ROWS, d1); /* must round the halved x */
+        back(got, d2, ROWS * N_OUT);
+        for (int i = 0; i < ROWS * N_IN; i++) xr[i] = x[i] * powf(0.5f, (float)step);
+        round_like_gemv(xr, ROWS * N_IN, xr);
+        matmul_ref(&b.t, NULL, xr, ROWS, want);
+        CHECK_REL(got, want, ROWS * N_OUT, 1e-5);
+        back(got, d1, ROWS * N_OUT);
+        for (int i = 0; i < ROWS * N_IN; i++) xr[i] = x[i] * powf(0.5f, (float)step + 1);
+        round_like_gemv(xr, ROWS * N_IN, xr);
+        matmul_ref(&a.t, NULL, xr, ROWS, want);
+        CHECK_REL(got, want, ROWS * N_OUT, 1e-5);
+    }
+    /* rmsnorm and swiglu right before a GEMV round their output for it (no op of its own):
+     * the same as rounding what they wrote */
+    static float nw[N_IN];
+    fill(nw, N_IN, 0.5f, 1.5f);
+    const hx_tensor norm_w = {.dtype = HX_DT_F32, .n_dims = 1, .shape = {N_IN}, .data = nw,
+                              .n_bytes = sizeof nw};
+    float *dn = dev(NULL, ROWS * N_IN), *dg = dev(NULL, ROWS * N_IN);
+    for (int step = 0; step < 3; step++) {
+        gpu->rmsnorm(gpu, dx, &norm_w, ROWS, N_IN, 1e-5f, dn);
+        gpu->matmul(gpu, pa, NULL, dn, ROWS, d1);
+        gpu->swiglu(gpu, dx, dn, ROWS * N_IN, dg);
+        gpu->matmul(gpu, pb, NULL, dg, ROWS, d2);
+        const struct { float *in, *out; const hx_tensor *w; } mm[] = {{dn, d1, &a.t},
+                                                                      {dg, d2, &b.t}};
+        for (int k = 0; k < 2; k++) {
+            back(xr, mm[k].in, ROWS * N_IN);
+            round_like_gemv(xr, ROWS * N_IN, xr);
+            matmul_ref(mm[k].w, NULL, xr, ROWS, want);
+            back(got, mm[k].out, ROWS * N_OUT);
+            CHECK_REL(got, want, ROWS * N_OUT, 1e-5);
+        }
+    }
+    gpu->free(gpu, dn);
+    gpu->free(gpu, dg);
+    gpu->free(gpu, dx);
+    gpu->free(gpu, d1);
+    gpu->free(gpu, d2);
+    gpu->weight_release(gpu, pa);
+    gpu->weight_release(gpu, pb);
     return 0;
 }
 
@@ -370,7 +468,7 @@ static int test_row_ops(void)
 static int attention_case(int32_t d_head, int32_t n_head, int32_t n_kv, int32_t window,
                           float softcap)
 {
-    enum { BT = 16, N_CTX = 150, LAYERS = 2, LAYER = 1 };
+    enum { BT = 16, N_CTX = 600, LAYERS = 2, LAYER = 1 };
     hx_err err = {0};
     const int32_t kvd = n_kv * d_head, qd = n_head * d_head, n_blocks = N_CTX / BT + 4;
     hx_kv_store kc = {.n_blocks = n_blocks, .block_tokens = BT, .n_layer = LAYERS,
@@ -378,7 +476,7 @@ static int attention_case(int32_t d_head, int32_t n_head, int32_t n_kv, int32_t 
     hx_kv_store kg = kc;
     CHECK(cpu->kv_alloc(cpu, &kc, &err) == HX_OK);
     CHECK(gpu->kv_alloc(gpu, &kg, &err) == HX_OK);
-    int32_t blocks[16];
+    int32_t blocks[N_CTX / BT + 4];
     for (int32_t i = 0; i < n_blocks; i++) blocks[i] = (i * 7 + 3) % n_blocks; /* a permutation */
     const hx_kv_seq seq = {blocks, N_CTX};
     int32_t pos[N_CTX];
@@ -421,6 +519,18 @@ static int attention_case(int32_t d_head, int32_t n_head, int32_t n_kv, int32_t 
                    &shape, dout);
     back(a, dout, qd);
     CHECK_REL(a, b + (int64_t)(N_CTX - 1) * qd, qd, 1e-5);
+    /* decode of a batch: rows at several positions, early ones with fewer chunks than the
+     * context splits */
+    const int32_t rows[] = {0, 5, 40, 333, 598};
+    for (size_t i = 0; i < HX_COUNTOF(rows); i++) {
+        gpu->attention(gpu, &kg, LAYER, &seq, dq + (int64_t)rows[i] * qd, pos + rows[i], 1,
+                       &shape, dout);
+        back(a, dout, qd);
+        CHECK_REL(a, b + (int64_t)rows[i] * qd, qd, 1e-5);
+    }
+    gpu->attention(gpu, &kg, LAYER, &seq, dq + 592 * qd, pos + 592, 8, &shape, dout);
+    back(a, dout, 8 * qd);
+    CHECK_REL(a, b + 592 * qd, 8 * qd, 1e-5);
     /* kv_copy: block 0 over block n_blocks-1, byte for byte */
     gpu->kv_copy(gpu, &kg, blocks[0], blocks[n_blocks - 1]);
     cpu->kv_copy(cpu, &kc, blocks[0], blocks[n_blocks - 1]);
@@ -521,6 +631,7 @@ static int skip_no_cuda(void)
 }
 #define test_matmul_formats  skip_no_cuda
 #define test_matmul_chunks   skip_no_cuda
+#define test_gemv_input_reuse skip_no_cuda
 #define test_embed_formats   skip_no_cuda
 #define test_row_ops         skip_no_cuda
 #define test_attention       skip_no_cuda
@@ -552,6 +663,7 @@ static const check_case cases[] = {
     { "device_names", test_device_names },
     { "matmul_formats", test_matmul_formats },
     { "matmul_chunks", test_matmul_chunks },
+    { "gemv_input_reuse", test_gemv_input_reuse },
     { "embed_formats", test_embed_formats },
     { "row_ops", test_row_ops },
     { "attention", test_attention },

@@ -93,11 +93,24 @@ struct cuda_impl {
     int64_t        half_w_elems;
     void          *half_x;            /* a matmul's input rows in f16 */
     int64_t        half_x_elems;
+    void          *xq;                /* a GEMV's input rows in int8 and their scales */
+    int64_t        xq_elems;          /* (2-byte units, as ensure_half counts) */
+    const float   *xq_of;             /* the rows xq holds, while no op since changed them */
+    int64_t        xq_n;
+    void          *att_scratch;       /* decode attention's partial states */
+    int64_t        att_scratch_elems;
     int64_t        max_weight_elems;  /* the largest matmul weight seen by `weight` */
     size_t         uploaded;          /* weight bytes uploaded, for the progress line */
     /* HEARTH_CUDA_PROFILE=1: every op waits for the GPU and adds its time to a per-op total,
      * printed when the backend is destroyed (for finding where a step's time goes). */
     bool           profile;
+    /* HEARTH_CUDA_PROFILE=steps: ops run as usual (graphs, no waits between them); each `read`
+     * splits a step's wall time into the host's time since the last read (the engine, and
+     * recording ops), launching, the GPU's time (events) and the wait for it. */
+    bool           step_prof;
+    cudaEvent_t    ev_a, ev_b;
+    double         last_read, st_host, st_launch, st_gpu, st_wait;
+    int64_t        st_n;
     double         op_start;
     struct { const char *name; double ms; int64_t n; } prof[24];
     int            n_prof;
@@ -270,6 +283,7 @@ static void flush(cuda_impl *c)
 /* Appends an op (its arguments are copied); with HEARTH_CUDA_PROFILE it runs at once, timed. */
 static void record(cuda_impl *c, const char *name, op_fn fn, const void *args, size_t size)
 {
+    c->xq_of = NULL; /* any op may write the rows xq was made from (cuda_matmul re-sets it) */
     if (c->profile) {
         fn(c, args);
         op_done(c, name);
@@ -363,7 +377,52 @@ static void wmat_free(hx_cuda_wmat *w)
     memset(w, 0, sizeof *w);
 }
 
-/* Uploads tensor t's rows unchanged (and an MLX tensor's scales and biases). */
+static bool is_b32(hx_dtype dt)
+{
+    return dt == HX_DT_Q4_0 || dt == HX_DT_Q4_1 || dt == HX_DT_Q8_0;
+}
+
+/* A Q4_0/Q4_1/Q8_0 tensor uploaded split (kernels.h): rows of codes into w->q, the f16 scales
+ * (and Q4_1's offsets) of its blocks into w->scales (w->biases), rearranged on the host a few
+ * MiB of rows at a time. */
+static cudaError_t upload_b32(const hx_tensor *t, hx_cuda_wmat *w)
+{
+    const int64_t n_blk = w->n_in / 32, src_row = (int64_t)hx_dtype_row_bytes(t->dtype, w->n_in);
+    const int qb = t->dtype == HX_DT_Q8_0 ? 32 : 16, lead = t->dtype == HX_DT_Q4_1 ? 4 : 2;
+    const int64_t chunk = (8 << 20) / src_row + 1;
+    unsigned char *hq = hx_alloc((size_t)(chunk * w->row_bytes));
+    uint16_t *hs = hx_alloc((size_t)(chunk * n_blk) * 2), *hm = hx_alloc((size_t)(chunk * n_blk) * 2);
+    const size_t sb = (size_t)(w->n_out * n_blk) * 2;
+    cudaError_t e = !hq || !hs || !hm ? cudaErrorMemoryAllocation : cudaSuccess;
+    if (e == cudaSuccess) e = cudaMalloc((void **)&w->q, (size_t)(w->n_out * w->row_bytes));
+    if (e == cudaSuccess) e = cudaMalloc((void **)&w->scales, sb);
+    if (e == cudaSuccess && t->dtype == HX_DT_Q4_1) e = cudaMalloc((void **)&w->biases, sb);
+    for (int64_t o0 = 0; e == cudaSuccess && o0 < w->n_out; o0 += chunk) {
+        const int64_t n = o0 + chunk < w->n_out ? chunk : w->n_out - o0;
+        for (int64_t b = 0; b < n * n_blk; b++) {
+            const unsigned char *p = (const unsigned char *)t->data + o0 * src_row +
+                                     b / n_blk * src_row + b % n_blk * (qb + lead);
+            memcpy(hs + b, p, 2);
+            if (lead == 4) memcpy(hm + b, p + 2, 2);
+            memcpy(hq + b * qb, p + lead, (size_t)qb);
+        }
+        e = cudaMemcpy((unsigned char *)(uintptr_t)w->q + o0 * w->row_bytes, hq,
+                       (size_t)(n * w->row_bytes), cudaMemcpyHostToDevice);
+        if (e == cudaSuccess)
+            e = cudaMemcpy((uint16_t *)(uintptr_t)w->scales + o0 * n_blk, hs, (size_t)(n * n_blk) * 2,
+                           cudaMemcpyHostToDevice);
+        if (e == cudaSuccess && lead == 4)
+            e = cudaMemcpy((uint16_t *)(uintptr_t)w->biases + o0 * n_blk, hm, (size_t)(n * n_blk) * 2,
+                           cudaMemcpyHostToDevice);
+    }
+    hx_free(hq);
+    hx_free(hs);
+    hx_free(hm);
+    return e;
+}
+
+/* Uploads tensor t's rows (and an MLX tensor's scales and biases): unchanged, except the
+ * 32-value block formats, split by upload_b32. */
 static hx_status upload_wmat(const hx_tensor *t, hx_cuda_wmat *w, hx_err *err)
 {
     const int64_t n_in = t->shape[t->n_dims - 1], n_out = hx_tensor_n_rows(t);
@@ -376,7 +435,15 @@ static hx_status upload_wmat(const hx_tensor *t, hx_cuda_wmat *w, hx_err *err)
                         .row_bytes = (int64_t)hx_dtype_row_bytes(t->dtype, n_in)};
     cudaError_t e = cudaSuccess;
     const size_t q_bytes = (size_t)w->row_bytes * (size_t)n_out;
-    bool ok = (w->q = upload(t->data, q_bytes, &e)) != NULL;
+    bool ok;
+    if (is_b32(t->dtype)) {
+        w->row_bytes = t->dtype == HX_DT_Q8_0 ? n_in : n_in / 2;
+        w->sb_dtype = HX_DT_F16;
+        w->group_size = 32;
+        ok = (e = upload_b32(t, w)) == cudaSuccess;
+    } else {
+        ok = (w->q = upload(t->data, q_bytes, &e)) != NULL;
+    }
     if (ok && (t->dtype == HX_DT_MLX4 || t->dtype == HX_DT_MLX8)) {
         const size_t sb = (size_t)n_out * (size_t)(n_in / t->group_size) * sb_bytes(t->sb_dtype);
         ok = (w->scales = upload(t->scales, sb, &e)) != NULL &&
@@ -456,6 +523,18 @@ static const hx_cuda_wmat *dev_wmat_of(cuda_impl *c, const hx_tensor *t)
     return &c->cache[c->n_cache - 1].w;
 }
 
+/* backend.h `table`: the embedding table uploaded at load (once: a tied table is the output
+ * weight `weight` uploaded). */
+static hx_status cuda_table(hx_backend *be, const hx_tensor *w, hx_err *err)
+{
+    cuda_impl *c = cx(be);
+    if (cache_find(c, w->data)) return HX_OK;
+    hx_cuda_wmat cw;
+    const hx_status st = upload_wmat(w, &cw, err);
+    if (st == HX_OK) cache_add(c, w->data, &cw, true);
+    return st;
+}
+
 /* ---- memory ---- */
 
 static void *cuda_alloc(hx_backend *be, size_t bytes)
@@ -478,9 +557,24 @@ static void cuda_free(hx_backend *be, void *p)
 static void cuda_read(hx_backend *be, void *dst, const void *src, size_t n)
 {
     cuda_impl *c = cx(be);
+    const double t0 = now_ms();
+    if (c->step_prof) CK(cudaEventRecord(c->ev_a, c->stream));
     flush(c);
     CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
+    const double t1 = now_ms();
+    if (c->step_prof) CK(cudaEventRecord(c->ev_b, c->stream));
     CK(cudaStreamSynchronize(c->stream));
+    if (c->step_prof) {
+        const double t2 = now_ms();
+        float gpu = 0.0f;
+        CK(cudaEventElapsedTime(&gpu, c->ev_a, c->ev_b));
+        if (c->last_read > 0) c->st_host += t0 - c->last_read;
+        c->st_launch += t1 - t0;
+        c->st_gpu += gpu;
+        c->st_wait += t2 - t1;
+        c->st_n++;
+        c->last_read = t2;
+    }
     c->arena_used = 0; /* everything staged has been consumed */
     c->n_recent = 0;
     op_done(c, "read");
@@ -652,7 +746,7 @@ typedef struct {
     hx_cuda_kv     kv;
     const int32_t *blocks, *pos;
     const float   *q, *k, *v;
-    float         *out;
+    float         *out, *scratch;
     int64_t        n_tok;
     int32_t        layer, n_head, window;
     float          scale, softcap;
@@ -692,7 +786,7 @@ static void run_attention(cuda_impl *c, const void *p)
 {
     const attn_args *a = p;
     hx_cuda_attention(&a->kv, a->layer, a->blocks, a->q, a->pos, a->n_tok, a->n_head, a->scale,
-                      a->window, a->softcap, a->out, c->stream);
+                      a->window, a->softcap, a->scratch, a->out, c->stream);
 }
 
 static void cuda_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
@@ -702,10 +796,15 @@ static void cuda_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
     cuda_impl *c = cx(be);
     HX_ASSERT(s->n_kv_head == kv->n_kv_head && s->d_head == kv->d_head &&
               s->n_head % s->n_kv_head == 0);
+    const int64_t need = hx_cuda_attention_scratch(n_tok, s->n_head, s->d_head);
+    hx_err err = {0};
+    if (ensure_half(c, &c->att_scratch, &c->att_scratch_elems, 2 * need, &err) != HX_OK)
+        cuda_die("attention scratch", err.msg, __FILE__, __LINE__);
     attn_args a;
     attn_common(c, &a, kv, layer, seq, pos, n_tok);
     a.q = q;
     a.out = out;
+    a.scratch = c->att_scratch;
     a.n_head = s->n_head;
     a.window = s->sliding_window;
     a.scale = s->scale;
@@ -721,6 +820,8 @@ typedef struct {
     const float   *x, *bias;
     int64_t        n;
     float         *out;
+    int8_t        *xq; /* the GEMV over a block format: x rounded (hx_cuda_quantize_x) */
+    float         *xd;
 } mat_args;
 
 static void run_embed(cuda_impl *c, const void *p)
@@ -761,7 +862,7 @@ static void run_matmul(cuda_impl *c, const void *p)
     const hx_cuda_wmat *wm = &a->w;
     const int64_t n_rows = a->n, n_in = wm->n_in, n_out = wm->n_out;
     if (n_rows <= HX_CUDA_GEMV_ROWS) {
-        hx_cuda_gemv(wm, a->x, n_rows, a->bias, a->out, c->stream);
+        hx_cuda_gemv(wm, a->x, a->xq, a->xd, n_rows, a->bias, a->out, c->stream);
         return;
     }
     if (wm->dtype == HX_DT_F32) { /* no conversion: single precision, exact */
@@ -789,6 +890,56 @@ static void run_matmul(cuda_impl *c, const void *p)
     if (a->bias) hx_cuda_add_bias(a->out, a->bias, n_rows, n_out, c->stream);
 }
 
+/* The row and element-wise ops share one argument record. */
+typedef struct {
+    const float   *x, *y, *w;
+    float         *out;
+    const int32_t *idx;
+    int64_t        n, d;
+    float          f;
+    int32_t        i0, i1, i2, i3;
+    int8_t        *xq; /* rmsnorm, glu: also round the output for the GEMV after (gemv_input) */
+    float         *xd;
+} row_args;
+
+static void run_rmsnorm(cuda_impl *c, const void *p);
+static void run_glu(cuda_impl *c, const void *p);
+
+static void run_quantize_x(cuda_impl *c, const void *p)
+{
+    const mat_args *a = p;
+    hx_cuda_quantize_x(a->x, a->n, a->xq, a->xd, c->stream);
+}
+
+/* The GEMV over a block format reads x rounded to int8 (kernels.h): the rows are rounded by
+ * an op of their own, which the matmuls right after with the same input (q, k and v; gate
+ * and up) skip, as long as none of them wrote over it. */
+static void gemv_input(cuda_impl *c, mat_args *a)
+{
+    const int64_t n = a->n * a->w.n_in, q_bytes = (n + 15) & ~(int64_t)15;
+    hx_err err = {0};
+    const void *had = c->xq;
+    if (ensure_half(c, &c->xq, &c->xq_elems, (q_bytes + n / 32 * 4) / 2, &err) != HX_OK)
+        cuda_die("GEMV scratch", err.msg, __FILE__, __LINE__);
+    if (c->xq != had) c->xq_of = NULL;
+    a->xq = c->xq;
+    a->xd = (float *)(void *)((char *)c->xq + q_bytes);
+    if (c->xq_of == a->x && c->xq_n == n) return;
+    if (c->n_ops > 0) { /* the op just before wrote x: it rounds it too */
+        const op_rec *last = &c->ops[c->n_ops - 1];
+        row_args *r = (row_args *)(void *)(c->op_args + last->off);
+        const int64_t wrote = last->fn == run_rmsnorm ? r->n * r->d : r->n;
+        if ((last->fn == run_rmsnorm || last->fn == run_glu) && r->out == a->x && wrote == n) {
+            r->xq = a->xq;
+            r->xd = a->xd;
+            return;
+        }
+    }
+    mat_args q = *a;
+    q.n = n;
+    record(c, "quantize_x", run_quantize_x, &q, sizeof q);
+}
+
 static void cuda_matmul(hx_backend *be, const hx_tensor *w, const hx_tensor *bias, const float *x,
                         int64_t n_rows, float *out)
 {
@@ -801,24 +952,22 @@ static void cuda_matmul(hx_backend *be, const hx_tensor *w, const hx_tensor *bia
     a.x = x;
     a.n = n_rows;
     a.out = out;
-    record(c, n_rows <= HX_CUDA_GEMV_ROWS ? "matmul gemv" : "matmul gemm", run_matmul, &a,
-           sizeof a);
+    const bool gemv = n_rows <= HX_CUDA_GEMV_ROWS, int8 = gemv && hx_cuda_gemv_int8(a.w.dtype);
+    if (int8) gemv_input(c, &a);
+    record(c, gemv ? "matmul gemv" : "matmul gemm", run_matmul, &a, sizeof a);
+    const float *o_end = out + n_rows * a.w.n_out, *x_end = x + n_rows * a.w.n_in;
+    if (int8 && (o_end <= x || out >= x_end)) {
+        c->xq_of = x; /* still what xq holds after this op */
+        c->xq_n = n_rows * a.w.n_in;
+    }
 }
 
-/* The row and element-wise ops share one argument record. */
-typedef struct {
-    const float   *x, *y, *w;
-    float         *out;
-    const int32_t *idx;
-    int64_t        n, d;
-    float          f;
-    int32_t        i0, i1, i2, i3;
-} row_args;
+
 
 static void run_rmsnorm(cuda_impl *c, const void *p)
 {
     const row_args *a = p;
-    hx_cuda_rmsnorm(a->x, a->w, a->n, a->d, a->f, a->out, c->stream);
+    hx_cuda_rmsnorm(a->x, a->w, a->n, a->d, a->f, a->out, a->xq, a->xd, c->stream);
 }
 
 static void cuda_rmsnorm(hx_backend *be, const float *x, const hx_tensor *w, int64_t n_rows,
@@ -883,7 +1032,7 @@ static void cuda_gather_rows(hx_backend *be, const float *src, const int32_t *ro
 static void run_glu(cuda_impl *c, const void *p)
 {
     const row_args *a = p;
-    hx_cuda_glu(a->x, a->y, a->n, a->i0, a->out, c->stream);
+    hx_cuda_glu(a->x, a->y, a->n, a->i0, a->out, a->xq, a->xd, c->stream);
 }
 
 static void glu(hx_backend *be, const float *gate, const float *up, int64_t n, int act, float *out)
@@ -970,11 +1119,22 @@ static void cuda_destroy(hx_backend *be)
             fprintf(stderr, "hearth: cuda profile: %-12s %8lld calls %10.2f ms %5.1f%%\n",
                     c->prof[i].name, (long long)c->prof[i].n, c->prof[i].ms,
                     100.0 * c->prof[i].ms / total);
+        if (c->st_n)
+            fprintf(stderr, "hearth: cuda steps: %lld reads; per read: host %.3f ms, launch "
+                    "%.3f ms, GPU %.3f ms, wait %.3f ms\n", (long long)c->st_n,
+                    c->st_host / (double)c->st_n, c->st_launch / (double)c->st_n,
+                    c->st_gpu / (double)c->st_n, c->st_wait / (double)c->st_n);
+        if (c->step_prof) {
+            cudaEventDestroy(c->ev_a);
+            cudaEventDestroy(c->ev_b);
+        }
         for (size_t i = 0; i < c->n_cache; i++)
             if (c->cache[i].owned) wmat_free(&c->cache[i].w);
         hx_free(c->cache);
         cudaFree(c->half_w);
         cudaFree(c->half_x);
+        cudaFree(c->xq);
+        cudaFree(c->att_scratch);
         cudaFree(c->arena_d);
         cudaFreeHost(c->arena_h);
         if (c->handle) c->blas->destroy(c->handle);
@@ -1039,12 +1199,16 @@ hx_status hx_cuda_backend_create(int device, hx_backend **out, hx_err *err)
     be->impl = c;
     c->device = device;
     const char *prof = getenv("HEARTH_CUDA_PROFILE");
-    c->profile = prof && *prof && strcmp(prof, "0") != 0;
+    c->step_prof = prof && strcmp(prof, "steps") == 0;
+    c->profile = prof && *prof && strcmp(prof, "0") != 0 && !c->step_prof;
     const char *graphs = getenv("HEARTH_CUDA_GRAPHS");
     c->use_graphs = !(graphs && strcmp(graphs, "0") == 0);
     hx_status st = HX_OK;
     if ((e = cudaSetDevice(device)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess)
+        st = cuda_err(err, HX_E_NOTFOUND, "starting the GPU", e);
+    else if (c->step_prof && ((e = cudaEventCreate(&c->ev_a)) != cudaSuccess ||
+                              (e = cudaEventCreate(&c->ev_b)) != cudaSuccess))
         st = cuda_err(err, HX_E_NOTFOUND, "starting the GPU", e);
     else if ((e = cudaHostAlloc((void **)&c->arena_h, ARENA_BYTES, cudaHostAllocDefault)) !=
                  cudaSuccess ||
@@ -1076,6 +1240,7 @@ hx_status hx_cuda_backend_create(int device, hx_backend **out, hx_err *err)
     be->matmul = cuda_matmul;
     be->weight = cuda_weight;
     be->weight_release = cuda_weight_release;
+    be->table = cuda_table;
     be->rmsnorm = cuda_rmsnorm;
     be->rope = cuda_rope;
     be->kv_write = cuda_kv_write;

@@ -3,9 +3,9 @@
 // Napkin math that shaped them. Decode is a GEMV over every weight once per step: at batch 1
 // an 8B Q4_0 model reads ~4.7 GB per token, ~1 ms at the H200's ~4.5 TB/s, while its 16 GFLOP
 // take ~0.2 ms on the CUDA cores even as plain FMAs; so the GEMV spends its effort on memory
-// parallelism (a warp per four output rows, lanes on adjacent 8-element slices, every row of
-// the batch applied to each dequantized slice while it is in registers). Prefill is
-// matrix bound: weights are dequantized to f16 in row chunks and multiplied by cuBLAS on the
+// parallelism (a block of four warps per four output rows, its threads on adjacent 8-element
+// slices of the rows' length, every row of the batch applied to each dequantized slice while
+// it is in registers). Prefill is matrix bound: weights are dequantized to f16 in row chunks and multiplied by cuBLAS on the
 // tensor cores (cuda_backend.c). Attention reads f16 K/V through the block table: four warps
 // per (row, head) split the context, each lane scoring its own key of a 32-key chunk, then the
 // warp accumulating V with lanes on dimensions (an online softmax over the chunks, as the CPU
@@ -78,6 +78,17 @@ __device__ __forceinline__ void k_scale_min(const uint8_t *s, int j, int *sc, in
     }
 }
 
+// Scale d and offset m of block j of row o of a Q4_0/Q4_1/Q8_0 weight, which the backend
+// uploads split in two (kernels.h): value = d * q + m.
+template <int DT>
+__device__ __forceinline__ void b32_scale(const hx_cuda_wmat &w, int64_t o, int64_t j, float *d,
+                                          float *m)
+{
+    const int64_t g = o * (w.n_in / 32) + j;
+    *d = h2f(((const uint16_t *)w.scales)[g]);
+    *m = DT == HX_DT_Q4_1 ? h2f(((const uint16_t *)w.biases)[g]) : DT == HX_DT_Q4_0 ? -8.0f * *d : 0.0f;
+}
+
 // Elements [32 j, 32 j + 32) of row `o` of w, dequantized (the same values as the CPU's
 // reference dequantizers in src/tensor/quant_ref.c).
 template <int DT>
@@ -104,31 +115,24 @@ __device__ __forceinline__ void sub32(const hx_cuda_wmat &w, int64_t o, int64_t 
                 v[8 * i + 2 * k + 1] = DT == HX_DT_F16 ? h2f(hi) : bf2f(hi);
             }
         }
-    } else if (DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1) {
-        const uint8_t *p = row + j * (DT == HX_DT_Q4_0 ? 18 : 20);
-        const float d = h2f(ld_u16(p));
-        const float m = DT == HX_DT_Q4_1 ? h2f(ld_u16(p + 2)) : -8.0f * d;
+    } else if (DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1 || DT == HX_DT_Q8_0) {
+        float d, m;
+        b32_scale<DT>(w, o, j, &d, &m);
         uint8_t b[16];
-        if (DT == HX_DT_Q4_0) ld16_a2(p + 2, b);
-        else {
-            const uint32_t *s = (const uint32_t *)(p + 4);
+        if (DT == HX_DT_Q8_0) {
 #pragma unroll
-            for (int i = 0; i < 16; i++) b[i] = (uint8_t)(s[i / 4] >> (8 * (i % 4)));
-        }
+            for (int h = 0; h < 2; h++) {
+                ld16_a16(row + j * 32 + 16 * h, b);
 #pragma unroll
-        for (int i = 0; i < 16; i++) {
-            v[i] = d * (float)(b[i] & 15) + m;
-            v[i + 16] = d * (float)(b[i] >> 4) + m;
-        }
-    } else if (DT == HX_DT_Q8_0) {
-        const uint8_t *p = row + j * 34;
-        const float d = h2f(ld_u16(p));
-        uint8_t b[16];
+                for (int i = 0; i < 16; i++) v[16 * h + i] = d * (float)(int8_t)b[i];
+            }
+        } else {
+            ld16_a16(row + j * 16, b);
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            ld16_a2(p + 2 + 16 * h, b);
-#pragma unroll
-            for (int i = 0; i < 16; i++) v[16 * h + i] = d * (float)(int8_t)b[i];
+            for (int i = 0; i < 16; i++) {
+                v[i] = d * (float)(b[i] & 15) + m;
+                v[i + 16] = d * (float)(b[i] >> 4) + m;
+            }
         }
     } else if (DT == HX_DT_Q4_K || DT == HX_DT_Q5_K) {
         const int s = (int)(j & 7);
@@ -205,14 +209,23 @@ __device__ __forceinline__ float warp_max(float v)
     return v;
 }
 
-// Elements [8 j, 8 j + 8) of row o of w, dequantized: the GEMV's unit, so that the 32 lanes
-// of a warp read 256 consecutive elements of a row (their weight bytes adjacent, their
-// activations one contiguous kilobyte) and a lane keeps few registers. Same values as sub32.
+// Value i of x rounded as hx_cuda_quantize_x does, by the 32 lanes of a warp holding values
+// i0..i0 + 31 (i0 a multiple of 32) in lane order: the scale of the 32 is their max |y| / 127.
+__device__ __forceinline__ void round_x(float y, int64_t i, int8_t *__restrict__ q,
+                                        float *__restrict__ d)
+{
+    const float dx = warp_max(fabsf(y)) / 127.0f;
+    q[i] = (int8_t)(dx > 0.0f ? __float2int_rn(y / dx) : 0);
+    if ((threadIdx.x & 31) == 0) d[i / 32] = dx;
+}
+
+// Elements [8 j, 8 j + 8) of row o of a float weight (16 or 32 bytes): the float GEMV's unit,
+// so that the 32 lanes of a warp read 256 consecutive elements of a row (their weight bytes
+// adjacent, their activations one contiguous kilobyte). Same values as sub32.
 template <int DT>
 __device__ __forceinline__ void sub8(const hx_cuda_wmat &w, int64_t o, int64_t j, float v[8])
 {
     const uint8_t *row = (const uint8_t *)w.q + o * w.row_bytes;
-    const int q = (int)(j & 3); // which quarter of its 32-element sub-block
     if (DT == HX_DT_F32) {
         const float4 *p = (const float4 *)(row + j * 32);
         const float4 a = p[0], b = p[1];
@@ -227,112 +240,60 @@ __device__ __forceinline__ void sub8(const hx_cuda_wmat &w, int64_t o, int64_t j
             v[2 * k] = DT == HX_DT_F16 ? h2f(lo) : bf2f(lo);
             v[2 * k + 1] = DT == HX_DT_F16 ? h2f(hi) : bf2f(hi);
         }
-    } else if (DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1) {
-        // elements 8q..8q+7: the low (q < 2) or high nibbles of bytes 8(q&1)..8(q&1)+7
-        const uint8_t *p = row + (j >> 2) * (DT == HX_DT_Q4_0 ? 18 : 20);
-        const float d = h2f(ld_u16(p));
-        const float m = DT == HX_DT_Q4_1 ? h2f(ld_u16(p + 2)) : -8.0f * d;
-        const uint8_t *qs = p + (DT == HX_DT_Q4_0 ? 2 : 4) + 8 * (q & 1);
-        uint32_t u0, u1;
-        if (DT == HX_DT_Q4_0) {
-            const uint16_t *s = (const uint16_t *)qs;
-            u0 = s[0] | ((uint32_t)s[1] << 16);
-            u1 = s[2] | ((uint32_t)s[3] << 16);
-        } else {
-            u0 = ((const uint32_t *)qs)[0];
-            u1 = ((const uint32_t *)qs)[1];
-        }
-        const int sh = (q >> 1) * 4;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            v[k] = d * (float)((u0 >> (8 * k + sh)) & 15) + m;
-            v[4 + k] = d * (float)((u1 >> (8 * k + sh)) & 15) + m;
-        }
-    } else if (DT == HX_DT_Q8_0) {
-        const uint8_t *p = row + (j >> 2) * 34;
-        const float d = h2f(ld_u16(p));
-        const uint16_t *s = (const uint16_t *)(p + 2 + 8 * q);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint16_t h = s[k];
-            v[2 * k] = d * (float)(int8_t)(h & 0xff);
-            v[2 * k + 1] = d * (float)(int8_t)(h >> 8);
-        }
-    } else if (DT == HX_DT_Q4_K || DT == HX_DT_Q5_K) {
-        const int sb = (int)((j >> 2) & 7);
-        const uint8_t *p = row + (j >> 5) * (DT == HX_DT_Q4_K ? 144 : 176);
-        const float d = h2f(ld_u16(p)), dmin = h2f(ld_u16(p + 2));
-        int sc, mn;
-        k_scale_min(p + 4, sb, &sc, &mn);
-        const float ds = d * (float)sc, dm = dmin * (float)mn;
-        const uint8_t *qs = p + (DT == HX_DT_Q4_K ? 16 : 48) + 32 * (sb >> 1) + 8 * q;
-        const uint2 b = *(const uint2 *)qs;
-        uint2 hb = make_uint2(0, 0);
-        if (DT == HX_DT_Q5_K) hb = *(const uint2 *)(p + 16 + 8 * q);
-        const int sh = (sb & 1) * 4;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const uint32_t word = k < 4 ? b.x : b.y, hw = k < 4 ? hb.x : hb.y;
-            int qv = (int)((word >> (8 * (k & 3) + sh)) & 15);
-            if (DT == HX_DT_Q5_K) qv |= (int)((hw >> (8 * (k & 3) + sb)) & 1) << 4;
-            v[k] = ds * (float)qv - dm;
-        }
-    } else if (DT == HX_DT_Q6_K) {
-        const int sb = (int)((j >> 2) & 7), half = sb >> 2, t = sb & 3;
-        const uint8_t *p = row + (j >> 5) * 210;
-        const float d = h2f(ld_u16(p + 208));
-        const uint16_t *ql = (const uint16_t *)(p + 64 * half + 32 * (t & 1) + 8 * q);
-        const uint16_t *qh = (const uint16_t *)(p + 128 + 32 * half + 8 * q);
-        const float ds = d * (float)((const int8_t *)(p + 192 + 8 * half + 2 * t))[q >> 1];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint16_t l2 = ql[k], h2 = qh[k];
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int lb = (l2 >> (8 * e)) & 0xff, hbits = (h2 >> (8 * e)) & 0xff;
-                const int lo = (t >> 1) ? lb >> 4 : lb & 15;
-                v[2 * k + e] = ds * (float)((lo | (((hbits >> (2 * t)) & 3) << 4)) - 32);
-            }
-        }
-    } else if (DT == HX_DT_MLX4 || DT == HX_DT_MLX8) {
-        const int64_t g = o * (w.n_in / w.group_size) + j * 8 / w.group_size;
-        const float sc = load_sb(w.scales, w.sb_dtype, g), bi = load_sb(w.biases, w.sb_dtype, g);
-        if (DT == HX_DT_MLX4) {
-            const uint32_t u = *(const uint32_t *)(row + j * 4);
-#pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = sc * (float)((u >> (4 * k)) & 15) + bi;
-        } else {
-            const uint2 u = *(const uint2 *)(row + j * 8);
-#pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = sc * (float)(((k < 4 ? u.x : u.y) >> (8 * (k & 3))) & 0xff) + bi;
-        }
     }
 }
 
+constexpr int GEMV_WARPS = 4;     // warps per block, splitting the length of its rows
+constexpr int GEMV_ROWS_WARP = 4; // output rows per block, sharing each activation load
 
-constexpr int GEMV_WARPS = 4;     // warps per block
-constexpr int GEMV_ROWS_WARP = 4; // output rows per warp, sharing each activation load
+// The end of every GEMV block: each thread holds partial sums acc[k][r] (output row o0 + k,
+// batch row r); the warps' sums meet in shared memory and one thread per (k, r) writes.
+template <int R>
+__device__ __forceinline__ void gemv_store(const float (&acc)[GEMV_ROWS_WARP][R], int64_t o0,
+                                           int n_rows, int64_t n_out,
+                                           const float *__restrict__ bias, float *__restrict__ out)
+{
+    __shared__ float part[GEMV_WARPS][GEMV_ROWS_WARP][R];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int k = 0; k < GEMV_ROWS_WARP; k++) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float s = warp_sum(acc[k][r]);
+            if (lane == 0) part[warp][k][r] = s;
+        }
+    }
+    __syncthreads();
+    const int k = threadIdx.x / R, r = threadIdx.x % R;
+    if (k < GEMV_ROWS_WARP && r < n_rows && o0 + k < n_out) {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < GEMV_WARPS; i++) s += part[i][k][r];
+        out[r * n_out + o0 + k] = s + (bias ? bias[o0 + k] : 0.0f);
+    }
+}
 
-// A warp computes GEMV_ROWS_WARP output rows for up to R activation rows. Per step a lane loads
-// 8 activations of each batch row once (two float4: the warp reads 1 KiB contiguous), then for
-// each of its output rows dequantizes the matching 8 weights and accumulates: the activations
-// are read from L1 once per four weight rows, and each lane has GEMV_ROWS_WARP independent
-// weight loads in flight.
+// A block computes GEMV_ROWS_WARP output rows for up to R activation rows, its 128 threads
+// taking 8-element slices lane + 32 w, + 128, ... of the row's length. Per slice a thread
+// loads 8 activations of each batch row once (the block reads 4 KiB contiguous) and then, for
+// each of the block's output rows, dequantizes the matching 8 weights and accumulates: the
+// activations are read from L1 once per four weight rows, each thread has four independent
+// weight loads in flight, and a 4,096-row matrix is 1,024 blocks (about 31 warps per SM)
+// each chaining only n_in / 1,024 trips to memory. The four warps' sums meet in shared memory.
 template <int DT, int R>
 __global__ void __launch_bounds__(32 * GEMV_WARPS)
     gemv_kernel(hx_cuda_wmat w, const float *__restrict__ x, int n_rows,
                 const float *__restrict__ bias, float *__restrict__ out)
 {
-    const int64_t o0 = ((int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32) * GEMV_ROWS_WARP;
-    const int lane = threadIdx.x & 31;
-    if (o0 >= w.n_out) return;
+    const int64_t o0 = (int64_t)blockIdx.x * GEMV_ROWS_WARP;
     const int64_t n8 = w.n_in / 8;
     float acc[GEMV_ROWS_WARP][R];
 #pragma unroll
     for (int k = 0; k < GEMV_ROWS_WARP; k++)
 #pragma unroll
         for (int r = 0; r < R; r++) acc[k][r] = 0.0f;
-    for (int64_t j = lane; j < n8; j += 32) {
+#pragma unroll 2
+    for (int64_t j = threadIdx.x; j < n8; j += 32 * GEMV_WARPS) {
         float xv[R][8];
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -357,16 +318,280 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
             }
         }
     }
-#pragma unroll
-    for (int k = 0; k < GEMV_ROWS_WARP; k++) {
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            if (r >= n_rows) break;
-            const float s = warp_sum(acc[k][r]);
-            if (lane == 0 && o0 + k < w.n_out)
-                out[r * w.n_out + o0 + k] = s + (bias ? bias[o0 + k] : 0.0f);
+    gemv_store<R>(acc, o0, n_rows, w.n_out, bias, out);
+}
+
+// Elements [8 j, 8 j + 8) of row o of w as eight integers q (bytes of w0 then w1, in element
+// order) with the value of element e being d * q_e + m: the int8 GEMV's unit for the K-quants
+// and MLX. The 4-, 5- and 6-bit codes are non-negative bytes; MLX 8-bit codes are moved to
+// signed by q - 128 (m absorbs 128 d). Same values as sub32.
+template <int DT>
+__device__ __forceinline__ void subi8(const hx_cuda_wmat &w, int64_t o, int64_t j, int *w0,
+                                      int *w1, float *d, float *m)
+{
+    const uint8_t *row = (const uint8_t *)w.q + o * w.row_bytes;
+    const int q = (int)(j & 3);
+    constexpr uint32_t LO4 = 0x0F0F0F0Fu;
+    if (DT == HX_DT_Q4_K || DT == HX_DT_Q5_K) {
+        const int sb = (int)((j >> 2) & 7);
+        const uint8_t *p = row + (j >> 5) * (DT == HX_DT_Q4_K ? 144 : 176);
+        int sc, mn;
+        k_scale_min(p + 4, sb, &sc, &mn);
+        *d = h2f(ld_u16(p)) * (float)sc;
+        *m = -h2f(ld_u16(p + 2)) * (float)mn;
+        const uint2 b = *(const uint2 *)(p + (DT == HX_DT_Q4_K ? 16 : 48) + 32 * (sb >> 1) + 8 * q);
+        const int sh = (sb & 1) * 4;
+        uint32_t a0 = (b.x >> sh) & LO4, a1 = (b.y >> sh) & LO4;
+        if (DT == HX_DT_Q5_K) {
+            const uint2 hb = *(const uint2 *)(p + 16 + 8 * q);
+            a0 |= ((hb.x >> sb) & 0x01010101u) << 4;
+            a1 |= ((hb.y >> sb) & 0x01010101u) << 4;
+        }
+        *w0 = (int)a0;
+        *w1 = (int)a1;
+    } else if (DT == HX_DT_Q6_K) {
+        const int sb = (int)((j >> 2) & 7), half = sb >> 2, t = sb & 3;
+        const uint8_t *p = row + (j >> 5) * 210;
+        const uint16_t *ql = (const uint16_t *)(p + 64 * half + 32 * (t & 1) + 8 * q);
+        const uint16_t *qh = (const uint16_t *)(p + 128 + 32 * half + 8 * q);
+        *d = h2f(ld_u16(p + 208)) * (float)((const int8_t *)(p + 192 + 8 * half + 2 * t))[q >> 1];
+        *m = -32.0f * *d;
+        const uint32_t l0 = ql[0] | ((uint32_t)ql[1] << 16), l1 = ql[2] | ((uint32_t)ql[3] << 16);
+        const uint32_t h0 = qh[0] | ((uint32_t)qh[1] << 16), h1 = qh[2] | ((uint32_t)qh[3] << 16);
+        const int sl = (t >> 1) * 4;
+        *w0 = (int)(((l0 >> sl) & LO4) | (((h0 >> (2 * t)) & 0x03030303u) << 4));
+        *w1 = (int)(((l1 >> sl) & LO4) | (((h1 >> (2 * t)) & 0x03030303u) << 4));
+    } else if (DT == HX_DT_MLX4 || DT == HX_DT_MLX8) {
+        const int64_t g = o * (w.n_in / w.group_size) + j * 8 / w.group_size;
+        const float sc = load_sb(w.scales, w.sb_dtype, g), bi = load_sb(w.biases, w.sb_dtype, g);
+        *d = sc;
+        if (DT == HX_DT_MLX4) {
+            // nibble k of u is element k: evens in the low nibbles, odds in the high ones
+            const uint32_t u = *(const uint32_t *)(row + j * 4);
+            const uint32_t ev = u & LO4, od = (u >> 4) & LO4;
+            *w0 = (int)__byte_perm(ev, od, 0x5140);
+            *w1 = (int)__byte_perm(ev, od, 0x7362);
+            *m = bi;
+        } else {
+            const uint2 u = *(const uint2 *)(row + j * 8);
+            *w0 = (int)(u.x ^ 0x80808080u);
+            *w1 = (int)(u.y ^ 0x80808080u);
+            *m = bi + 128.0f * sc;
         }
     }
+}
+
+// The GEMV over a block format, with x rounded to int8 per 32 values (hx_cuda_quantize_x):
+// the same blocks, threads and slices as gemv_kernel, but each 8-element slice is two
+// dp4a (four byte products each) against the weight's integer codes, and the float work is
+// one multiply-add per slice: sum_e (d q_e + m) x_e = dx (d sum q_e xq_e + m sum xq_e). A
+// dequantize-then-FMA slice costs about six instructions per weight, which at ~1 ms of
+// weights per token made the GEMV issue bound; this costs about two.
+template <int DT, int R>
+__global__ void __launch_bounds__(32 * GEMV_WARPS)
+    gemv_i8_kernel(hx_cuda_wmat w, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+                   int n_rows, const float *__restrict__ bias, float *__restrict__ out)
+{
+    const int64_t o0 = (int64_t)blockIdx.x * GEMV_ROWS_WARP;
+    const int64_t n8 = w.n_in / 8;
+    float acc[GEMV_ROWS_WARP][R];
+#pragma unroll
+    for (int k = 0; k < GEMV_ROWS_WARP; k++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[k][r] = 0.0f;
+#pragma unroll 2
+    for (int64_t j = threadIdx.x; j < n8; j += 32 * GEMV_WARPS) {
+        int x0[R], x1[R], xs[R];
+        float dx[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r < n_rows) {
+                const uint2 u = __ldg((const uint2 *)(xq + r * w.n_in + j * 8));
+                x0[r] = (int)u.x;
+                x1[r] = (int)u.y;
+                dx[r] = __ldg(xd + r * (w.n_in / 32) + (j >> 2));
+                xs[r] = __dp4a(0x01010101, x0[r], __dp4a(0x01010101, x1[r], 0));
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < GEMV_ROWS_WARP; k++) {
+            const int64_t o = o0 + k < w.n_out ? o0 + k : w.n_out - 1;
+            int a0, a1;
+            float d, m;
+            subi8<DT>(w, o, j, &a0, &a1, &d, &m);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (r < n_rows) {
+                    const int dot = __dp4a(a0, x0[r], __dp4a(a1, x1[r], 0));
+                    acc[k][r] += dx[r] * (d * (float)dot + m * (float)xs[r]);
+                }
+            }
+        }
+    }
+    gemv_store<R>(acc, o0, n_rows, w.n_out, bias, out);
+}
+
+// The formats whose GEMV reads wide: a thread takes a unit of UNIT values of a row whose codes
+// are one or two aligned 16-byte loads. Q4_0, Q4_1 and Q8_0 (uploaded with their codes apart
+// from their scales, kernels.h): a 32-value block. MLX 4-bit: 32 values of a group. Q4_K: the
+// 64 values of two sub-blocks sharing 32 bytes of codes (low nibbles, then high) in a 144-byte
+// super-block.
+template <int DT>
+constexpr bool gemv_wide()
+{
+    return DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1 || DT == HX_DT_Q8_0 || DT == HX_DT_MLX4 ||
+           DT == HX_DT_Q4_K;
+}
+
+template <int DT>
+constexpr int wide_unit()
+{
+    return DT == HX_DT_Q4_K ? 64 : 32;
+}
+
+// sum over unit u of row o of (d q + m) x, with x given as int8 words xw (4 values each, in
+// order), their sums xs and scales dx per 32 values: integer dot products (dp4a) per 32 values,
+// then one multiply-add. MLX's nibbles are in a word's order (value e in bits 4e), so its x
+// words come in even/odd order (xw[0..3] the even values of each 8, xw[4..7] the odd ones).
+template <int DT>
+__device__ __forceinline__ float wide_dot(const hx_cuda_wmat &w, int64_t o, int64_t u,
+                                          const int (&xw)[wide_unit<DT>() / 4],
+                                          const int (&xs)[wide_unit<DT>() / 32],
+                                          const float (&dx)[wide_unit<DT>() / 32])
+{
+    constexpr uint32_t LO4 = 0x0F0F0F0Fu;
+    const uint8_t *row = (const uint8_t *)w.q + o * w.row_bytes;
+    if constexpr (DT == HX_DT_Q4_K) {
+        const uint8_t *p = row + (u >> 2) * 144;
+        const int i = (int)(u & 3);
+        const uint4 a = __ldg((const uint4 *)(p + 16 + 32 * i)), b = __ldg((const uint4 *)(p + 32 + 32 * i));
+        const uint32_t c[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        const uint32_t dd = __ldg((const uint32_t *)p);
+        const uint32_t s0 = __ldg((const uint32_t *)(p + 4)), s1 = __ldg((const uint32_t *)(p + 8)),
+                       s2 = __ldg((const uint32_t *)(p + 12));
+        uint8_t sc[12];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            sc[k] = (uint8_t)(s0 >> (8 * k));
+            sc[4 + k] = (uint8_t)(s1 >> (8 * k));
+            sc[8 + k] = (uint8_t)(s2 >> (8 * k));
+        }
+        int lo = 0, hi = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            lo = __dp4a((int)(c[k] & LO4), xw[k], lo);
+            hi = __dp4a((int)((c[k] >> 4) & LO4), xw[8 + k], hi);
+        }
+        int sc0, mn0, sc1, mn1;
+        k_scale_min(sc, 2 * i, &sc0, &mn0);
+        k_scale_min(sc, 2 * i + 1, &sc1, &mn1);
+        const float d = h2f((uint16_t)dd), dmin = h2f((uint16_t)(dd >> 16));
+        return dx[0] * (d * (float)(sc0 * lo) - dmin * (float)(mn0 * xs[0])) +
+               dx[1] * (d * (float)(sc1 * hi) - dmin * (float)(mn1 * xs[1]));
+    } else if constexpr (DT == HX_DT_MLX4) {
+        const uint4 a = __ldg((const uint4 *)(row + 16 * u));
+        const uint32_t c[4] = {a.x, a.y, a.z, a.w};
+        int dot = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            dot = __dp4a((int)(c[k] & LO4), xw[k], dot);
+            dot = __dp4a((int)((c[k] >> 4) & LO4), xw[4 + k], dot);
+        }
+        const int64_t g = o * (w.n_in / w.group_size) + 32 * u / w.group_size;
+        const float sc = load_sb(w.scales, w.sb_dtype, g), bi = load_sb(w.biases, w.sb_dtype, g);
+        return dx[0] * (sc * (float)dot + bi * (float)xs[0]);
+    } else {
+        constexpr int QB = DT == HX_DT_Q8_0 ? 32 : 16; // code bytes per block
+        const uint8_t *q = row + u * QB;
+        const uint4 a = __ldg((const uint4 *)q);
+        int dot = 0;
+        if constexpr (DT == HX_DT_Q8_0) {
+            const uint4 b = __ldg((const uint4 *)q + 1);
+            const uint32_t c[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int k = 0; k < 8; k++) dot = __dp4a((int)c[k], xw[k], dot);
+        } else { // byte i holds value i (low nibble) and value i + 16 (high)
+            const uint32_t c[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                dot = __dp4a((int)(c[k] & LO4), xw[k], dot);
+                dot = __dp4a((int)((c[k] >> 4) & LO4), xw[4 + k], dot);
+            }
+        }
+        float d, m;
+        b32_scale<DT>(w, o, u, &d, &m);
+        return dx[0] * (d * (float)dot + m * (float)xs[0]);
+    }
+}
+
+// The GEMV over the wide formats with x rounded to int8 (hx_cuda_quantize_x): thread t of the
+// block takes units t, t + 128, ... of the rows' length (one pass for a 4,096-wide row of
+// 32-value units), loads the unit's activations once for all batch rows and then, for each of
+// the block's GEMV_ROWS_WARP output rows, its codes, with 16 bytes of codes per load.
+template <int DT, int R>
+__global__ void __launch_bounds__(32 * GEMV_WARPS)
+    gemv_wide_kernel(hx_cuda_wmat w, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+                     int n_rows, const float *__restrict__ bias, float *__restrict__ out)
+{
+    constexpr int U = wide_unit<DT>(), NW = U / 4, NB = U / 32;
+    const int64_t o0 = (int64_t)blockIdx.x * GEMV_ROWS_WARP;
+    const int64_t n_units = w.n_in / U;
+    float acc[GEMV_ROWS_WARP][R];
+#pragma unroll
+    for (int k = 0; k < GEMV_ROWS_WARP; k++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[k][r] = 0.0f;
+    for (int64_t u = threadIdx.x; u < n_units; u += 32 * GEMV_WARPS) {
+        int xw[R][NW], xs[R][NB];
+        float dx[R][NB];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r < n_rows) {
+                const uint4 *p = (const uint4 *)(xq + r * w.n_in + u * U);
+#pragma unroll
+                for (int k = 0; k < NW / 4; k++) {
+                    const uint4 a = __ldg(p + k);
+                    xw[r][4 * k] = (int)a.x, xw[r][4 * k + 1] = (int)a.y;
+                    xw[r][4 * k + 2] = (int)a.z, xw[r][4 * k + 3] = (int)a.w;
+                }
+#pragma unroll
+                for (int b = 0; b < NB; b++) {
+                    dx[r][b] = __ldg(xd + r * (w.n_in / 32) + u * NB + b);
+                    int t = 0;
+#pragma unroll
+                    for (int k = 0; k < 8; k++) t = __dp4a(0x01010101, xw[r][8 * b + k], t);
+                    xs[r][b] = t;
+                }
+                if constexpr (DT == HX_DT_MLX4) { // to even/odd order (see wide_dot)
+                    int e[8];
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        e[k] = (int)__byte_perm(xw[r][2 * k], xw[r][2 * k + 1], 0x6420);
+                        e[4 + k] = (int)__byte_perm(xw[r][2 * k], xw[r][2 * k + 1], 0x7531);
+                    }
+#pragma unroll
+                    for (int k = 0; k < 8; k++) xw[r][k] = e[k];
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < GEMV_ROWS_WARP; k++) {
+            const int64_t o = o0 + k < w.n_out ? o0 + k : w.n_out - 1;
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (r < n_rows) acc[k][r] += wide_dot<DT>(w, o, u, xw[r], xs[r], dx[r]);
+        }
+    }
+    gemv_store<R>(acc, o0, n_rows, w.n_out, bias, out);
+}
+
+// x rounded per 32 values: a warp per 32, lane i on value i.
+__global__ void quantize_x_kernel(const float *__restrict__ x, int64_t n,
+                                  int8_t *__restrict__ q, float *__restrict__ d)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return; // n is a multiple of 32: whole warps leave
+    round_x(x[i], i, q, d);
 }
 
 template <int DT>
@@ -414,7 +639,9 @@ __global__ void embed_kernel(hx_cuda_wmat w, const int32_t *ids, int64_t n_total
 
 // ---- row and element-wise ops ----
 
-__global__ void rmsnorm_kernel(const float *x, const float *w, int64_t d, float eps, float *out)
+// With xq, the output is also rounded for the GEMV that reads it (d a multiple of 32).
+__global__ void rmsnorm_kernel(const float *x, const float *w, int64_t d, float eps, float *out,
+                               int8_t *xq, float *xd)
 {
     const float *xr = x + blockIdx.x * d;
     float *yr = out + blockIdx.x * d;
@@ -433,7 +660,11 @@ __global__ void rmsnorm_kernel(const float *x, const float *w, int64_t d, float 
     }
     __syncthreads();
     const float scale = (float)(1.0 / sqrt(part[0] / (double)d + (double)eps));
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+        const float y = xr[i] * scale * w[i];
+        yr[i] = y;
+        if (xq) round_x(y, blockIdx.x * d + i, xq, xd);
+    }
 }
 
 // One thread per (row, head, rotated pair); the angle in double, as on the CPU.
@@ -573,6 +804,151 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
 #pragma unroll
         for (int w = 0; w < ATT_WARPS; w++) o += part[w][i] * f[w];
         out[t * (int64_t)n_head * d + (int64_t)h * d + i] = o * inv;
+    }
+}
+
+// ---- decode attention split over the context ----
+//
+// A decode step has a few rows, so one block per (row, head) keeps only n_head blocks busy
+// (32 of 132 SMs) and each walks the whole context: at 4,096 keys that was ~0.7 ms a layer
+// for 17 MB of cache, ~4 us at the roofline. Here each (row, head) gets DEC_SPLITS blocks of
+// ATT_WARPS warps; warp g of the DEC_SPLITS * ATT_WARPS takes 32-key chunks g, g + 64, ...;
+// a lane scores its own key in 16-byte loads, then the warp accumulates V with each lane on
+// four adjacent dimensions (8-byte loads). A block merges its warps' softmax states and writes
+// one partial state (d sums, max, sum) to scratch; decode_combine_kernel merges the partials.
+constexpr int DEC_SPLITS = 16;
+
+__global__ void __launch_bounds__(32 * ATT_WARPS)
+    decode_split_kernel(hx_cuda_kv kv, int32_t layer, const int32_t *__restrict__ blocks,
+                        const float *__restrict__ q, const int32_t *__restrict__ pos,
+                        int32_t n_head, float scale, int32_t window, float softcap,
+                        float *__restrict__ part_out)
+{
+    constexpr int NV = ATT_MAX_D / 128; // 4-dimension groups per lane
+    __shared__ __align__(16) float qs[ATT_MAX_D];
+    __shared__ float part[ATT_WARPS][ATT_MAX_D];
+    __shared__ float part_m[ATT_WARPS], part_l[ATT_WARPS];
+    const int wid = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int64_t r = blockIdx.x; // (row, head)
+    const int32_t d = kv.d_head, bt = kv.block_tokens;
+    const int64_t t = r / n_head;
+    const int32_t h = (int32_t)(r % n_head), kvh = h / (n_head / kv.n_kv_head);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) qs[i] = q[r * d + i];
+    __syncthreads();
+    const int32_t last = pos[t];
+    const int32_t first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
+    float acc[NV][4];
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[k][e] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    const int32_t g = (int32_t)blockIdx.y * ATT_WARPS + wid;
+    for (int32_t c0 = first + 32 * g; c0 <= last; c0 += 32 * ATT_WARPS * DEC_SPLITS) {
+        const int32_t p = c0 + lane;
+        float s = -INFINITY;
+        if (p <= last) {
+            const uint16_t *kr = kv.k + kv_index(kv, blocks[p / bt], layer, kvh, p % bt);
+            float dot = 0.0f;
+#pragma unroll 4
+            for (int i = 0; i < d; i += 8) {
+                const uint4 a = *(const uint4 *)(kr + i);
+                const float4 q0 = *(const float4 *)(qs + i), q1 = *(const float4 *)(qs + i + 4);
+                const float2 f0 = __half22float2(*(const __half2 *)&a.x);
+                const float2 f1 = __half22float2(*(const __half2 *)&a.y);
+                const float2 f2 = __half22float2(*(const __half2 *)&a.z);
+                const float2 f3 = __half22float2(*(const __half2 *)&a.w);
+                dot += q0.x * f0.x + q0.y * f0.y + q0.z * f1.x + q0.w * f1.y + q1.x * f2.x +
+                       q1.y * f2.y + q1.z * f3.x + q1.w * f3.y;
+            }
+            s = dot * scale;
+            if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+        }
+        const float mc = fmaxf(m, warp_max(s));
+        if (mc == -INFINITY) continue; // a chunk past the end (warp-uniform)
+        const float corr = expf(m - mc);
+        const float e = p <= last ? expf(s - mc) : 0.0f;
+        l = l * corr + warp_sum(e);
+        m = mc;
+#pragma unroll
+        for (int k = 0; k < NV; k++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[k][i] *= corr;
+        const int32_t n_keys = last - c0 + 1 < 32 ? last - c0 + 1 : 32;
+#pragma unroll 8
+        for (int jj = 0; jj < n_keys; jj++) {
+            const float pj = __shfl_sync(0xffffffffu, e, jj);
+            const int32_t pp = c0 + jj;
+            const uint16_t *vr = kv.v + kv_index(kv, blocks[pp / bt], layer, kvh, pp % bt);
+#pragma unroll
+            for (int k = 0; k < NV; k++) {
+                const int i = 4 * lane + 128 * k;
+                if (i < d) {
+                    const uint2 u = *(const uint2 *)(vr + i);
+                    const float2 a = __half22float2(*(const __half2 *)&u.x);
+                    const float2 b = __half22float2(*(const __half2 *)&u.y);
+                    acc[k][0] += pj * a.x, acc[k][1] += pj * a.y;
+                    acc[k][2] += pj * b.x, acc[k][3] += pj * b.y;
+                }
+            }
+        }
+    }
+    if (lane == 0) {
+        part_m[wid] = m;
+        part_l[wid] = l;
+    }
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const int i = 4 * lane + 128 * k;
+        if (i < d)
+#pragma unroll
+            for (int e = 0; e < 4; e++) part[wid][i + e] = acc[k][e];
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < ATT_WARPS; w++) mx = fmaxf(mx, part_m[w]);
+    float sum = 0.0f, f[ATT_WARPS];
+#pragma unroll
+    for (int w = 0; w < ATT_WARPS; w++) {
+        f[w] = part_l[w] > 0.0f ? expf(part_m[w] - mx) : 0.0f;
+        sum += part_l[w] * f[w];
+    }
+    float *po = part_out + (r * DEC_SPLITS + blockIdx.y) * (int64_t)(d + 2);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; w++) o += part[w][i] * f[w];
+        po[i] = o;
+    }
+    if (threadIdx.x == 0) {
+        po[d] = mx;
+        po[d + 1] = sum;
+    }
+}
+
+// out[r] = the DEC_SPLITS partial states of (row, head) r merged: a block per r.
+__global__ void decode_combine_kernel(const float *__restrict__ part, int32_t d,
+                                      float *__restrict__ out)
+{
+    const int64_t r = blockIdx.x;
+    const float *p = part + r * DEC_SPLITS * (int64_t)(d + 2);
+    float mx = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < DEC_SPLITS; k++) mx = fmaxf(mx, p[k * (d + 2) + d]);
+    float f[DEC_SPLITS], sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < DEC_SPLITS; k++) {
+        const float lk = p[k * (d + 2) + d + 1];
+        f[k] = lk > 0.0f ? expf(p[k * (d + 2) + d] - mx) : 0.0f;
+        sum += lk * f[k];
+    }
+    const float inv = 1.0f / sum;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float o = 0.0f;
+#pragma unroll
+        for (int k = 0; k < DEC_SPLITS; k++) o += p[k * (d + 2) + i] * f[k];
+        out[r * d + i] = o * inv;
     }
 }
 
@@ -751,17 +1127,22 @@ __global__ void gather_kernel(const float *src, const int32_t *rows, int64_t n_t
     if (i < n_total) dst[i] = src[(int64_t)rows[i / d] * d + i % d];
 }
 
-__global__ void glu_kernel(const float *gate, const float *up, int64_t n, int act, float *out)
+// With xq, the output is also rounded for the GEMV that reads it (n a multiple of 32).
+__global__ void glu_kernel(const float *gate, const float *up, int64_t n, int act, float *out,
+                           int8_t *xq, float *xd)
 {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const float x = gate[i];
+    float y;
     if (act == 0) {
-        out[i] = x / (1.0f + expf(-x)) * up[i];
+        y = x / (1.0f + expf(-x)) * up[i];
     } else {
         const float c = 0.7978845608028654f; // sqrt(2/pi)
-        out[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * up[i];
+        y = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * up[i];
     }
+    out[i] = y;
+    if (xq) round_x(y, i, xq, xd);
 }
 
 __global__ void to_half_kernel(const float *x, int64_t n, void *dst, int bf16)
@@ -823,17 +1204,42 @@ void by_dtype(int32_t dt, A... a)
     }
 }
 
+template <int DT>
+void gemv_i8(const hx_cuda_wmat *w, const int8_t *xq, const float *xd, int n, const float *bias,
+             float *out, unsigned g, unsigned t, hx_cuda_stream s)
+{
+    if (n <= 1) gemv_i8_kernel<DT, 1><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
+    else if (n <= 2) gemv_i8_kernel<DT, 2><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
+    else if (n <= 4) gemv_i8_kernel<DT, 4><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
+    else gemv_i8_kernel<DT, 8><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
+}
+
 template <int DT> struct GemvLaunch {
-    static void run(const hx_cuda_wmat *w, const float *x, int64_t n_rows, const float *bias,
-                    float *out, hx_cuda_stream s)
+    static void run(const hx_cuda_wmat *w, const float *x, const int8_t *xq, const float *xd,
+                    int64_t n_rows, const float *bias, float *out, hx_cuda_stream s)
     {
-        const unsigned g = blocks_for(w->n_out, GEMV_WARPS * GEMV_ROWS_WARP);
+        const unsigned g = blocks_for(w->n_out, GEMV_ROWS_WARP);
         const unsigned t = 32 * GEMV_WARPS;
         const int n = (int)n_rows;
-        if (n <= 1) gemv_kernel<DT, 1><<<g, t, 0, s>>>(*w, x, n, bias, out);
-        else if (n <= 2) gemv_kernel<DT, 2><<<g, t, 0, s>>>(*w, x, n, bias, out);
-        else if (n <= 4) gemv_kernel<DT, 4><<<g, t, 0, s>>>(*w, x, n, bias, out);
-        else gemv_kernel<DT, 8><<<g, t, 0, s>>>(*w, x, n, bias, out);
+        if constexpr (DT == HX_DT_F32 || DT == HX_DT_F16 || DT == HX_DT_BF16) {
+            if (n <= 1) gemv_kernel<DT, 1><<<g, t, 0, s>>>(*w, x, n, bias, out);
+            else if (n <= 2) gemv_kernel<DT, 2><<<g, t, 0, s>>>(*w, x, n, bias, out);
+            else if (n <= 4) gemv_kernel<DT, 4><<<g, t, 0, s>>>(*w, x, n, bias, out);
+            else gemv_kernel<DT, 8><<<g, t, 0, s>>>(*w, x, n, bias, out);
+        } else if constexpr (gemv_wide<DT>()) {
+            if constexpr (DT == HX_DT_MLX4) {
+                if (w->group_size % 32 != 0) { // a unit would straddle groups
+                    gemv_i8<DT>(w, xq, xd, n, bias, out, g, t, s);
+                    return;
+                }
+            }
+            if (n <= 1) gemv_wide_kernel<DT, 1><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
+            else if (n <= 2) gemv_wide_kernel<DT, 2><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
+            else if (n <= 4) gemv_wide_kernel<DT, 4><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
+            else gemv_wide_kernel<DT, 8><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
+        } else {
+            gemv_i8<DT>(w, xq, xd, n, bias, out, g, t, s);
+        }
     }
 };
 
@@ -864,10 +1270,20 @@ int hx_cuda_format_ok(int32_t dtype, int64_t n_in)
     return dtype >= 0 && dtype < HX_DT_COUNT && n_in > 0 && n_in % 32 == 0;
 }
 
-void hx_cuda_gemv(const hx_cuda_wmat *w, const float *x, int64_t n_rows, const float *bias,
-                  float *out, hx_cuda_stream s)
+int hx_cuda_gemv_int8(int32_t dtype)
 {
-    by_dtype<GemvLaunch>(w->dtype, w, x, n_rows, bias, out, s);
+    return dtype != HX_DT_F32 && dtype != HX_DT_F16 && dtype != HX_DT_BF16;
+}
+
+void hx_cuda_quantize_x(const float *x, int64_t n, int8_t *q, float *d, hx_cuda_stream s)
+{
+    quantize_x_kernel<<<blocks_for(n), THREADS, 0, s>>>(x, n, q, d);
+}
+
+void hx_cuda_gemv(const hx_cuda_wmat *w, const float *x, const int8_t *xq, const float *xd,
+                  int64_t n_rows, const float *bias, float *out, hx_cuda_stream s)
+{
+    by_dtype<GemvLaunch>(w->dtype, w, x, xq, xd, n_rows, bias, out, s);
 }
 
 void hx_cuda_dequant_rows(const hx_cuda_wmat *w, int64_t o0, int64_t o1, void *dst, int bf16,
@@ -895,9 +1311,9 @@ void hx_cuda_add_bias(float *out, const float *bias, int64_t n_rows, int64_t n_o
 }
 
 void hx_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t d, float eps,
-                     float *out, hx_cuda_stream s)
+                     float *out, int8_t *xq, float *xd, hx_cuda_stream s)
 {
-    rmsnorm_kernel<<<(unsigned)n_rows, THREADS, 0, s>>>(x, w, d, eps, out);
+    rmsnorm_kernel<<<(unsigned)n_rows, THREADS, 0, s>>>(x, w, d, eps, out, xq, xd);
 }
 
 void hx_cuda_rope(float *x, const int32_t *pos, int64_t n_tok, int32_t n_head, int32_t d_head,
@@ -917,9 +1333,20 @@ void hx_cuda_kv_write(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks
     kv_write_kernel<<<blocks_for(n), THREADS, 0, s>>>(*kv, layer, blocks, pos, k, v, n);
 }
 
+static bool decode_split(int64_t n_tok, int32_t d_head)
+{
+    return n_tok <= HX_CUDA_GEMV_ROWS && d_head % 8 == 0 && d_head <= ATT_MAX_D;
+}
+
+int64_t hx_cuda_attention_scratch(int64_t n_tok, int32_t n_head, int32_t d_head)
+{
+    return decode_split(n_tok, d_head) ? n_tok * n_head * DEC_SPLITS * (int64_t)(d_head + 2) : 0;
+}
+
 void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,
                        const float *q, const int32_t *pos, int64_t n_tok, int32_t n_head,
-                       float scale, int32_t window, float softcap, float *out, hx_cuda_stream s)
+                       float scale, int32_t window, float softcap, float *scratch, float *out,
+                       hx_cuda_stream s)
 {
     if (n_tok >= HX_CUDA_FLASH_ROWS && kv->d_head == 64) {
         flash_prefill<64>(kv, layer, blocks, q, pos, n_tok, n_head, scale, window, softcap, out, s);
@@ -928,6 +1355,14 @@ void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *block
     if (n_tok >= HX_CUDA_FLASH_ROWS && kv->d_head == 128) {
         flash_prefill<128>(kv, layer, blocks, q, pos, n_tok, n_head, scale, window, softcap, out,
                            s);
+        return;
+    }
+    if (decode_split(n_tok, kv->d_head)) {
+        const dim3 grid((unsigned)(n_tok * n_head), DEC_SPLITS);
+        decode_split_kernel<<<grid, 32 * ATT_WARPS, 0, s>>>(*kv, layer, blocks, q, pos, n_head,
+                                                            scale, window, softcap, scratch);
+        decode_combine_kernel<<<(unsigned)(n_tok * n_head), 128, 0, s>>>(scratch, kv->d_head,
+                                                                         out);
         return;
     }
     attention_kernel<<<(unsigned)(n_tok * n_head), 32 * ATT_WARPS, 0, s>>>(
@@ -941,9 +1376,9 @@ void hx_cuda_gather_rows(const float *src, const int32_t *rows, int64_t n, int64
 }
 
 void hx_cuda_glu(const float *gate, const float *up, int64_t n, int act, float *out,
-                 hx_cuda_stream s)
+                 int8_t *xq, float *xd, hx_cuda_stream s)
 {
-    glu_kernel<<<blocks_for(n), THREADS, 0, s>>>(gate, up, n, act, out);
+    glu_kernel<<<blocks_for(n), THREADS, 0, s>>>(gate, up, n, act, out, xq, xd);
 }
 
 void hx_cuda_add(float *x, const float *y, int64_t n, hx_cuda_stream s)

@@ -2,11 +2,14 @@
  *
  * Every launcher queues work on `stream` and returns at once; pointers are device memory unless
  * named h_*. Shapes and layouts are those of backend.h. A weight matrix is described by
- * hx_cuda_wmat: its rows in the file's block format (uploaded unchanged), and for MLX the
- * per-group scales and biases. Every format is read 32 elements at a time (a "sub-block": a
- * whole Q4_0/Q4_1/Q8_0 block, one eighth of a K-quant super-block, 32 values of a float row or
- * of an MLX group), so one device dequantizer serves the GEMV, the dequantize-to-f16 pass in
- * front of cuBLAS and the embedding lookup. */
+ * hx_cuda_wmat: its rows in the file's block format, and for MLX the per-group scales and
+ * biases. Q4_0, Q4_1 and Q8_0 are the exception: the backend uploads them split, each row's
+ * codes contiguous in q (16 or 32 bytes per block, so a block is one or two aligned 16-byte
+ * loads) and the blocks' f16 scales in `scales` (Q4_1's offsets in `biases`), [n_out,
+ * n_in / 32] each. Every format is read 32 elements at a time (a "sub-block": a whole
+ * Q4_0/Q4_1/Q8_0 block, one eighth of a K-quant super-block, 32 values of a float row or of an
+ * MLX group), so one device dequantizer serves the dequantize-to-f16 pass in front of cuBLAS
+ * and the embedding lookup. */
 #ifndef HX_BACKEND_CUDA_KERNELS_H
 #define HX_BACKEND_CUDA_KERNELS_H
 #include <stddef.h>
@@ -19,8 +22,8 @@ extern "C" {
 typedef struct CUstream_st *hx_cuda_stream;
 
 typedef struct {
-    const void *q;          /* rows of the weight in its block format */
-    const void *scales;     /* MLX: [n_out, n_in / group_size] in sb_dtype; else NULL */
+    const void *q;          /* rows of the weight in its block format (Q4_0/Q4_1/Q8_0: codes) */
+    const void *scales;     /* MLX, Q4_0/Q4_1/Q8_0: [n_out, n_in / group_size] in sb_dtype */
     const void *biases;
     int32_t     dtype;      /* hx_dtype */
     int32_t     sb_dtype;   /* MLX scales/biases: HX_DT_F16, HX_DT_BF16 or HX_DT_F32 */
@@ -32,10 +35,17 @@ typedef struct {
 /* True when the device code reads this format (every hx_dtype with n_in % 32 == 0). */
 int hx_cuda_format_ok(int32_t dtype, int64_t n_in);
 
-/* out[r][o] = w[o] . x[r] (+ bias[o]) for n_rows <= HX_CUDA_GEMV_ROWS: one pass over w. */
+/* out[r][o] = w[o] . x[r] (+ bias[o]) for n_rows <= HX_CUDA_GEMV_ROWS: one pass over w.
+ * Float formats read x; block formats (hx_cuda_gemv_int8) read it rounded to int8 instead,
+ * xq and xd from hx_cuda_quantize_x of those rows (relative error ~4e-3 against f32 x, as
+ * llama.cpp's int8 dot products). */
 #define HX_CUDA_GEMV_ROWS 8
-void hx_cuda_gemv(const hx_cuda_wmat *w, const float *x, int64_t n_rows, const float *bias,
-                  float *out, hx_cuda_stream s);
+int hx_cuda_gemv_int8(int32_t dtype);
+void hx_cuda_gemv(const hx_cuda_wmat *w, const float *x, const int8_t *xq, const float *xd,
+                  int64_t n_rows, const float *bias, float *out, hx_cuda_stream s);
+/* x [n] (n a multiple of 32) rounded per 32 values: xd[b] = max |x| / 127 of block b,
+ * xq[i] = round(x[i] / xd[i / 32]) (ties to even; 0 for a block of zeros). */
+void hx_cuda_quantize_x(const float *x, int64_t n, int8_t *xq, float *xd, hx_cuda_stream s);
 /* Rows [o0, o1) of w as f16 (or bf16 when bf16 != 0), row-major [o1 - o0, n_in]. */
 void hx_cuda_dequant_rows(const hx_cuda_wmat *w, int64_t o0, int64_t o1, void *dst, int bf16,
                           hx_cuda_stream s);
@@ -48,8 +58,10 @@ void hx_cuda_add_bias(float *out, const float *bias, int64_t n_rows, int64_t n_o
 void hx_cuda_embed(const hx_cuda_wmat *w, const int32_t *ids, int64_t n_tok, float *out,
                    hx_cuda_stream s);
 
+/* With xq (NULL: not), rmsnorm and glu also write their output rounded as hx_cuda_quantize_x
+ * would (d, n a multiple of 32): the GEMV after them needs no rounding pass of its own. */
 void hx_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t d, float eps,
-                     float *out, hx_cuda_stream s);
+                     float *out, int8_t *xq, float *xd, hx_cuda_stream s);
 /* inv_freq [n_rot / 2]; pairs as in hx_rope. */
 void hx_cuda_rope(float *x, const int32_t *pos, int64_t n_tok, int32_t n_head, int32_t d_head,
                   const float *inv_freq, int32_t n_rot, float mscale, int pairs,
@@ -71,13 +83,17 @@ void hx_cuda_kv_write(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks
 #define HX_CUDA_FLASH_ROWS 16
 void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,
                        const float *q, const int32_t *pos, int64_t n_tok, int32_t n_head,
-                       float scale, int32_t window, float softcap, float *out, hx_cuda_stream s);
+                       float scale, int32_t window, float softcap, float *scratch, float *out,
+                       hx_cuda_stream s);
+/* Floats of device scratch hx_cuda_attention needs for these rows (decode, up to
+ * HX_CUDA_GEMV_ROWS rows, splits the context: partial states); 0 when none. */
+int64_t hx_cuda_attention_scratch(int64_t n_tok, int32_t n_head, int32_t d_head);
 
 void hx_cuda_gather_rows(const float *src, const int32_t *rows, int64_t n, int64_t d,
                          float *dst, hx_cuda_stream s);
 /* act 0: silu(gate) * up; 1: gelu_tanh(gate) * up. */
 void hx_cuda_glu(const float *gate, const float *up, int64_t n, int act, float *out,
-                 hx_cuda_stream s);
+                 int8_t *xq, float *xd, hx_cuda_stream s);
 void hx_cuda_add(float *x, const float *y, int64_t n, hx_cuda_stream s);
 void hx_cuda_scale(float *x, float f, int64_t n, hx_cuda_stream s);
 void hx_cuda_softcap(float *x, float cap, int64_t n, hx_cuda_stream s);
