@@ -287,11 +287,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
 {
     const int64_t o0 = (int64_t)blockIdx.x * GEMV_ROWS_WARP;
     const int64_t n8 = w.n_in / 8;
-    float acc[GEMV_ROWS_WARP][R];
-#pragma unroll
-    for (int k = 0; k < GEMV_ROWS_WARP; k++)
-#pragma unroll
-        for (int r = 0; r < R; r++) acc[k][r] = 0.0f;
+    float acc[GEMV_ROWS_WARP][R] = {};
 #pragma unroll 2
     for (int64_t j = threadIdx.x; j < n8; j += 32 * GEMV_WARPS) {
         float xv[R][8];
@@ -394,11 +390,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
 {
     const int64_t o0 = (int64_t)blockIdx.x * GEMV_ROWS_WARP;
     const int64_t n8 = w.n_in / 8;
-    float acc[GEMV_ROWS_WARP][R];
-#pragma unroll
-    for (int k = 0; k < GEMV_ROWS_WARP; k++)
-#pragma unroll
-        for (int r = 0; r < R; r++) acc[k][r] = 0.0f;
+    float acc[GEMV_ROWS_WARP][R] = {};
 #pragma unroll 2
     for (int64_t j = threadIdx.x; j < n8; j += 32 * GEMV_WARPS) {
         int x0[R], x1[R], xs[R];
@@ -536,11 +528,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
     constexpr int U = wide_unit<DT>(), NW = U / 4, NB = U / 32;
     const int64_t o0 = (int64_t)blockIdx.x * GEMV_ROWS_WARP;
     const int64_t n_units = w.n_in / U;
-    float acc[GEMV_ROWS_WARP][R];
-#pragma unroll
-    for (int k = 0; k < GEMV_ROWS_WARP; k++)
-#pragma unroll
-        for (int r = 0; r < R; r++) acc[k][r] = 0.0f;
+    float acc[GEMV_ROWS_WARP][R] = {};
     for (int64_t u = threadIdx.x; u < n_units; u += 32 * GEMV_WARPS) {
         int xw[R][NW], xs[R][NB];
         float dx[R][NB];
@@ -710,6 +698,48 @@ __global__ void kv_write_kernel(hx_cuda_kv kv, int32_t layer, const int32_t *blo
 constexpr int ATT_WARPS = 4;
 constexpr int ATT_MAX_D = 256;
 
+// Weights f[k] = e^(m_k - M) (0 for an empty state, l_k = 0) that merge N online-softmax
+// states (max m_k, sum l_k; stride apart) against their largest max M; returns the merged sum.
+template <int N>
+__device__ __forceinline__ float merge_weights(const float *m, const float *l, int stride,
+                                               float (&f)[N], float *mx_out)
+{
+    float mx = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < N; k++) mx = fmaxf(mx, m[k * stride]);
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        f[k] = l[k * stride] > 0.0f ? expf(m[k * stride] - mx) : 0.0f;
+        sum += l[k * stride] * f[k];
+    }
+    *mx_out = mx;
+    return sum;
+}
+
+// What a decode/scalar attention block works on: (row, head) r = blockIdx.x, its row t, the
+// kv head, and the keys first..last its row sees; q of the row and head staged in qs.
+struct att_row {
+    int64_t r, t;
+    int32_t h, kvh, first, last;
+};
+
+__device__ __forceinline__ att_row att_begin(const hx_cuda_kv &kv, const float *__restrict__ q,
+                                             const int32_t *__restrict__ pos, int32_t n_head,
+                                             int32_t window, float *qs)
+{
+    att_row a;
+    a.r = blockIdx.x;
+    a.t = a.r / n_head;
+    a.h = (int32_t)(a.r % n_head);
+    a.kvh = a.h / (n_head / kv.n_kv_head);
+    for (int i = threadIdx.x; i < kv.d_head; i += blockDim.x) qs[i] = q[a.r * kv.d_head + i];
+    __syncthreads();
+    a.last = pos[a.t];
+    a.first = window > 0 && a.last - window + 1 > 0 ? a.last - window + 1 : 0;
+    return a;
+}
+
 // One block of ATT_WARPS warps per (row, head); warp w takes chunks w, w + ATT_WARPS, ... of 32
 // keys (so a long decode context is read by four warps at once), and the warps' partial
 // softmax states are merged at the end. Per chunk: lane l scores key c0 + l against q (in
@@ -727,14 +757,9 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
     __shared__ float part[ATT_WARPS][ATT_MAX_D];
     __shared__ float part_m[ATT_WARPS], part_l[ATT_WARPS];
     const int wid = threadIdx.x / 32, lane = threadIdx.x & 31;
-    const int64_t r = blockIdx.x; // (row, head)
     const int32_t d = kv.d_head, bt = kv.block_tokens;
-    const int64_t t = r / n_head;
-    const int32_t h = (int32_t)(r % n_head), kvh = h / (n_head / kv.n_kv_head);
-    for (int i = threadIdx.x; i < d; i += blockDim.x) qs[i] = q[r * d + i];
-    __syncthreads();
-    const int32_t last = pos[t];
-    const int32_t first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
+    const att_row ar = att_begin(kv, q, pos, n_head, window, qs);
+    const int32_t kvh = ar.kvh, first = ar.first, last = ar.last;
     float acc[PER];
 #pragma unroll
     for (int k = 0; k < PER; k++) acc[k] = 0.0f;
@@ -789,21 +814,13 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
     for (int k = 0; k < PER; k++)
         if (lane + 32 * k < d) part[wid][lane + 32 * k] = acc[k];
     __syncthreads();
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < ATT_WARPS; w++) mx = fmaxf(mx, part_m[w]);
-    float sum = 0.0f, f[ATT_WARPS];
-#pragma unroll
-    for (int w = 0; w < ATT_WARPS; w++) {
-        f[w] = part_l[w] > 0.0f ? expf(part_m[w] - mx) : 0.0f;
-        sum += part_l[w] * f[w];
-    }
-    const float inv = 1.0f / sum;
+    float mx, f[ATT_WARPS];
+    const float inv = 1.0f / merge_weights<ATT_WARPS>(part_m, part_l, 1, f, &mx);
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float o = 0.0f;
 #pragma unroll
         for (int w = 0; w < ATT_WARPS; w++) o += part[w][i] * f[w];
-        out[t * (int64_t)n_head * d + (int64_t)h * d + i] = o * inv;
+        out[ar.t * (int64_t)n_head * d + (int64_t)ar.h * d + i] = o * inv;
     }
 }
 
@@ -829,14 +846,9 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
     __shared__ float part[ATT_WARPS][ATT_MAX_D];
     __shared__ float part_m[ATT_WARPS], part_l[ATT_WARPS];
     const int wid = threadIdx.x / 32, lane = threadIdx.x & 31;
-    const int64_t r = blockIdx.x; // (row, head)
     const int32_t d = kv.d_head, bt = kv.block_tokens;
-    const int64_t t = r / n_head;
-    const int32_t h = (int32_t)(r % n_head), kvh = h / (n_head / kv.n_kv_head);
-    for (int i = threadIdx.x; i < d; i += blockDim.x) qs[i] = q[r * d + i];
-    __syncthreads();
-    const int32_t last = pos[t];
-    const int32_t first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
+    const att_row ar = att_begin(kv, q, pos, n_head, window, qs);
+    const int32_t kvh = ar.kvh, first = ar.first, last = ar.last;
     float acc[NV][4];
 #pragma unroll
     for (int k = 0; k < NV; k++)
@@ -905,16 +917,9 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
             for (int e = 0; e < 4; e++) part[wid][i + e] = acc[k][e];
     }
     __syncthreads();
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < ATT_WARPS; w++) mx = fmaxf(mx, part_m[w]);
-    float sum = 0.0f, f[ATT_WARPS];
-#pragma unroll
-    for (int w = 0; w < ATT_WARPS; w++) {
-        f[w] = part_l[w] > 0.0f ? expf(part_m[w] - mx) : 0.0f;
-        sum += part_l[w] * f[w];
-    }
-    float *po = part_out + (r * DEC_SPLITS + blockIdx.y) * (int64_t)(d + 2);
+    float mx, f[ATT_WARPS];
+    const float sum = merge_weights<ATT_WARPS>(part_m, part_l, 1, f, &mx);
+    float *po = part_out + (ar.r * DEC_SPLITS + blockIdx.y) * (int64_t)(d + 2);
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float o = 0.0f;
 #pragma unroll
@@ -933,17 +938,8 @@ __global__ void decode_combine_kernel(const float *__restrict__ part, int32_t d,
 {
     const int64_t r = blockIdx.x;
     const float *p = part + r * DEC_SPLITS * (int64_t)(d + 2);
-    float mx = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < DEC_SPLITS; k++) mx = fmaxf(mx, p[k * (d + 2) + d]);
-    float f[DEC_SPLITS], sum = 0.0f;
-#pragma unroll
-    for (int k = 0; k < DEC_SPLITS; k++) {
-        const float lk = p[k * (d + 2) + d + 1];
-        f[k] = lk > 0.0f ? expf(p[k * (d + 2) + d] - mx) : 0.0f;
-        sum += lk * f[k];
-    }
-    const float inv = 1.0f / sum;
+    float mx, f[DEC_SPLITS];
+    const float inv = 1.0f / merge_weights<DEC_SPLITS>(p + d, p + d + 1, d + 2, f, &mx);
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float o = 0.0f;
 #pragma unroll
