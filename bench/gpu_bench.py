@@ -288,11 +288,7 @@ def one_stream(url, prompt, gen, bias, out, i):
     """Streams one /v1/completions request; out[i] = (start, first text chunk time, last text
     chunk time, completion tokens) or an error string. The chunks are parsed after the stream
     ends, to take little CPU while the server works."""
-    body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": gen, "temperature": 0,
-                       "stream": True, "logit_bias": bias,
-                       "stream_options": {"include_usage": True}}).encode()
-    req = urllib.request.Request(url + "/v1/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+    req = server_bench.completion_request(url, prompt, gen, bias)
     t0 = time.monotonic()
     lines = []
     try:

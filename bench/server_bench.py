@@ -99,13 +99,18 @@ def stop(p):
         p.wait()
 
 
-def stream_completion(url, prompt, gen, bias):
-    """Streams one /v1/completions request; returns (ttft_ms, decode_tok_s, n_tokens)."""
+def completion_request(url, prompt, gen, bias):
+    """A greedy streamed /v1/completions request of gen tokens, usage included."""
     body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": gen, "temperature": 0,
                        "stream": True, "logit_bias": bias,
                        "stream_options": {"include_usage": True}}).encode()
-    req = urllib.request.Request(url + "/v1/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+    return urllib.request.Request(url + "/v1/completions", data=body,
+                                  headers={"Content-Type": "application/json"})
+
+
+def stream_completion(url, prompt, gen, bias):
+    """Streams one /v1/completions request; returns (ttft_ms, decode_tok_s, n_tokens)."""
+    req = completion_request(url, prompt, gen, bias)
     t0 = time.monotonic()
     lines = []  # (time, raw line): parsed after the stream ends, so the client (on the same
     #             cores as the server) spends as little CPU as possible while tokens arrive

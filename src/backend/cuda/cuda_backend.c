@@ -391,9 +391,10 @@ static cudaError_t upload_b32(const hx_tensor *t, hx_cuda_wmat *w)
     const int qb = t->dtype == HX_DT_Q8_0 ? 32 : 16, lead = t->dtype == HX_DT_Q4_1 ? 4 : 2;
     const int64_t chunk = (8 << 20) / src_row + 1;
     unsigned char *hq = hx_alloc((size_t)(chunk * w->row_bytes));
-    uint16_t *hs = hx_alloc((size_t)(chunk * n_blk) * 2), *hm = hx_alloc((size_t)(chunk * n_blk) * 2);
+    uint16_t *hs = hx_alloc((size_t)(chunk * n_blk) * 2);
+    uint16_t *hm = lead == 4 ? hx_alloc((size_t)(chunk * n_blk) * 2) : NULL; /* Q4_1's m */
     const size_t sb = (size_t)(w->n_out * n_blk) * 2;
-    cudaError_t e = !hq || !hs || !hm ? cudaErrorMemoryAllocation : cudaSuccess;
+    cudaError_t e = !hq || !hs || (lead == 4 && !hm) ? cudaErrorMemoryAllocation : cudaSuccess;
     if (e == cudaSuccess) e = cudaMalloc((void **)&w->q, (size_t)(w->n_out * w->row_bytes));
     if (e == cudaSuccess) e = cudaMalloc((void **)&w->scales, sb);
     if (e == cudaSuccess && t->dtype == HX_DT_Q4_1) e = cudaMalloc((void **)&w->biases, sb);
@@ -560,9 +561,9 @@ static void cuda_read(hx_backend *be, void *dst, const void *src, size_t n)
     const double t0 = now_ms();
     if (c->step_prof) CK(cudaEventRecord(c->ev_a, c->stream));
     flush(c);
-    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
-    const double t1 = now_ms();
+    const double t1 = now_ms(); /* launched (a copy to pageable memory would wait) */
     if (c->step_prof) CK(cudaEventRecord(c->ev_b, c->stream));
+    CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
     CK(cudaStreamSynchronize(c->stream));
     if (c->step_prof) {
         const double t2 = now_ms();

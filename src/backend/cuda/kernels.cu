@@ -18,6 +18,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "tensor/dtype.h"
 
 namespace {
@@ -244,19 +246,19 @@ __device__ __forceinline__ void sub8(const hx_cuda_wmat &w, int64_t o, int64_t j
 }
 
 constexpr int GEMV_WARPS = 4;     // warps per block, splitting the length of its rows
-constexpr int GEMV_ROWS_WARP = 4; // output rows per block, sharing each activation load
+constexpr int GEMV_ROWS = 4; // output rows per block, sharing each activation load
 
 // The end of every GEMV block: each thread holds partial sums acc[k][r] (output row o0 + k,
 // batch row r); the warps' sums meet in shared memory and one thread per (k, r) writes.
 template <int R>
-__device__ __forceinline__ void gemv_store(const float (&acc)[GEMV_ROWS_WARP][R], int64_t o0,
+__device__ __forceinline__ void gemv_store(const float (&acc)[GEMV_ROWS][R], int64_t o0,
                                            int n_rows, int64_t n_out,
                                            const float *__restrict__ bias, float *__restrict__ out)
 {
-    __shared__ float part[GEMV_WARPS][GEMV_ROWS_WARP][R];
+    __shared__ float part[GEMV_WARPS][GEMV_ROWS][R];
     const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
 #pragma unroll
-    for (int k = 0; k < GEMV_ROWS_WARP; k++) {
+    for (int k = 0; k < GEMV_ROWS; k++) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const float s = warp_sum(acc[k][r]);
@@ -265,7 +267,7 @@ __device__ __forceinline__ void gemv_store(const float (&acc)[GEMV_ROWS_WARP][R]
     }
     __syncthreads();
     const int k = threadIdx.x / R, r = threadIdx.x % R;
-    if (k < GEMV_ROWS_WARP && r < n_rows && o0 + k < n_out) {
+    if (k < GEMV_ROWS && r < n_rows && o0 + k < n_out) {
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < GEMV_WARPS; i++) s += part[i][k][r];
@@ -273,7 +275,7 @@ __device__ __forceinline__ void gemv_store(const float (&acc)[GEMV_ROWS_WARP][R]
     }
 }
 
-// A block computes GEMV_ROWS_WARP output rows for up to R activation rows, its 128 threads
+// A block computes GEMV_ROWS output rows for up to R activation rows, its 128 threads
 // taking 8-element slices lane + 32 w, + 128, ... of the row's length. Per slice a thread
 // loads 8 activations of each batch row once (the block reads 4 KiB contiguous) and then, for
 // each of the block's output rows, dequantizes the matching 8 weights and accumulates: the
@@ -285,9 +287,9 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
     gemv_kernel(hx_cuda_wmat w, const float *__restrict__ x, int n_rows,
                 const float *__restrict__ bias, float *__restrict__ out)
 {
-    const int64_t o0 = (int64_t)blockIdx.x * GEMV_ROWS_WARP;
+    const int64_t o0 = (int64_t)blockIdx.x * GEMV_ROWS;
     const int64_t n8 = w.n_in / 8;
-    float acc[GEMV_ROWS_WARP][R] = {};
+    float acc[GEMV_ROWS][R] = {};
 #pragma unroll 2
     for (int64_t j = threadIdx.x; j < n8; j += 32 * GEMV_WARPS) {
         float xv[R][8];
@@ -301,7 +303,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
             }
         }
 #pragma unroll
-        for (int k = 0; k < GEMV_ROWS_WARP; k++) {
+        for (int k = 0; k < GEMV_ROWS; k++) {
             const int64_t o = o0 + k < w.n_out ? o0 + k : w.n_out - 1;
             float v[8];
             sub8<DT>(w, o, j, v);
@@ -388,9 +390,9 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
     gemv_i8_kernel(hx_cuda_wmat w, const int8_t *__restrict__ xq, const float *__restrict__ xd,
                    int n_rows, const float *__restrict__ bias, float *__restrict__ out)
 {
-    const int64_t o0 = (int64_t)blockIdx.x * GEMV_ROWS_WARP;
+    const int64_t o0 = (int64_t)blockIdx.x * GEMV_ROWS;
     const int64_t n8 = w.n_in / 8;
-    float acc[GEMV_ROWS_WARP][R] = {};
+    float acc[GEMV_ROWS][R] = {};
 #pragma unroll 2
     for (int64_t j = threadIdx.x; j < n8; j += 32 * GEMV_WARPS) {
         int x0[R], x1[R], xs[R];
@@ -406,7 +408,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
             }
         }
 #pragma unroll
-        for (int k = 0; k < GEMV_ROWS_WARP; k++) {
+        for (int k = 0; k < GEMV_ROWS; k++) {
             const int64_t o = o0 + k < w.n_out ? o0 + k : w.n_out - 1;
             int a0, a1;
             float d, m;
@@ -519,16 +521,16 @@ __device__ __forceinline__ float wide_dot(const hx_cuda_wmat &w, int64_t o, int6
 // The GEMV over the wide formats with x rounded to int8 (hx_cuda_quantize_x): thread t of the
 // block takes units t, t + 128, ... of the rows' length (one pass for a 4,096-wide row of
 // 32-value units), loads the unit's activations once for all batch rows and then, for each of
-// the block's GEMV_ROWS_WARP output rows, its codes, with 16 bytes of codes per load.
+// the block's GEMV_ROWS output rows, its codes, with 16 bytes of codes per load.
 template <int DT, int R>
 __global__ void __launch_bounds__(32 * GEMV_WARPS)
     gemv_wide_kernel(hx_cuda_wmat w, const int8_t *__restrict__ xq, const float *__restrict__ xd,
                      int n_rows, const float *__restrict__ bias, float *__restrict__ out)
 {
     constexpr int U = wide_unit<DT>(), NW = U / 4, NB = U / 32;
-    const int64_t o0 = (int64_t)blockIdx.x * GEMV_ROWS_WARP;
+    const int64_t o0 = (int64_t)blockIdx.x * GEMV_ROWS;
     const int64_t n_units = w.n_in / U;
-    float acc[GEMV_ROWS_WARP][R] = {};
+    float acc[GEMV_ROWS][R] = {};
     for (int64_t u = threadIdx.x; u < n_units; u += 32 * GEMV_WARPS) {
         int xw[R][NW], xs[R][NB];
         float dx[R][NB];
@@ -563,7 +565,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
             }
         }
 #pragma unroll
-        for (int k = 0; k < GEMV_ROWS_WARP; k++) {
+        for (int k = 0; k < GEMV_ROWS; k++) {
             const int64_t o = o0 + k < w.n_out ? o0 + k : w.n_out - 1;
 #pragma unroll
             for (int r = 0; r < R; r++)
@@ -1200,42 +1202,34 @@ void by_dtype(int32_t dt, A... a)
     }
 }
 
-template <int DT>
-void gemv_i8(const hx_cuda_wmat *w, const int8_t *xq, const float *xd, int n, const float *bias,
-             float *out, unsigned g, unsigned t, hx_cuda_stream s)
+// Calls f with std::integral_constant<int, R> for the smallest batch size R in {1, 2, 4, 8}
+// that holds n rows: every GEMV kernel is compiled for those four.
+template <typename F>
+void by_rows(int n, F f)
 {
-    if (n <= 1) gemv_i8_kernel<DT, 1><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
-    else if (n <= 2) gemv_i8_kernel<DT, 2><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
-    else if (n <= 4) gemv_i8_kernel<DT, 4><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
-    else gemv_i8_kernel<DT, 8><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
+    if (n <= 1) f(std::integral_constant<int, 1>{});
+    else if (n <= 2) f(std::integral_constant<int, 2>{});
+    else if (n <= 4) f(std::integral_constant<int, 4>{});
+    else f(std::integral_constant<int, 8>{});
 }
 
 template <int DT> struct GemvLaunch {
     static void run(const hx_cuda_wmat *w, const float *x, const int8_t *xq, const float *xd,
                     int64_t n_rows, const float *bias, float *out, hx_cuda_stream s)
     {
-        const unsigned g = blocks_for(w->n_out, GEMV_ROWS_WARP);
-        const unsigned t = 32 * GEMV_WARPS;
+        const unsigned g = blocks_for(w->n_out, GEMV_ROWS), t = 32 * GEMV_WARPS;
         const int n = (int)n_rows;
-        if constexpr (DT == HX_DT_F32 || DT == HX_DT_F16 || DT == HX_DT_BF16) {
-            if (n <= 1) gemv_kernel<DT, 1><<<g, t, 0, s>>>(*w, x, n, bias, out);
-            else if (n <= 2) gemv_kernel<DT, 2><<<g, t, 0, s>>>(*w, x, n, bias, out);
-            else if (n <= 4) gemv_kernel<DT, 4><<<g, t, 0, s>>>(*w, x, n, bias, out);
-            else gemv_kernel<DT, 8><<<g, t, 0, s>>>(*w, x, n, bias, out);
-        } else if constexpr (gemv_wide<DT>()) {
-            if constexpr (DT == HX_DT_MLX4) {
-                if (w->group_size % 32 != 0) { // a unit would straddle groups
-                    gemv_i8<DT>(w, xq, xd, n, bias, out, g, t, s);
-                    return;
-                }
-            }
-            if (n <= 1) gemv_wide_kernel<DT, 1><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
-            else if (n <= 2) gemv_wide_kernel<DT, 2><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
-            else if (n <= 4) gemv_wide_kernel<DT, 4><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
-            else gemv_wide_kernel<DT, 8><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
-        } else {
-            gemv_i8<DT>(w, xq, xd, n, bias, out, g, t, s);
-        }
+        by_rows(n, [&](auto rows) {
+            constexpr int R = decltype(rows)::value;
+            if constexpr (DT == HX_DT_F32 || DT == HX_DT_F16 || DT == HX_DT_BF16)
+                gemv_kernel<DT, R><<<g, t, 0, s>>>(*w, x, n, bias, out);
+            else if constexpr (!gemv_wide<DT>())
+                gemv_i8_kernel<DT, R><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
+            else if (DT != HX_DT_MLX4 || w->group_size % 32 == 0)
+                gemv_wide_kernel<DT, R><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
+            else if constexpr (DT == HX_DT_MLX4) // groups under 32 values: units would straddle
+                gemv_i8_kernel<DT, R><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
+        });
     }
 };
 
