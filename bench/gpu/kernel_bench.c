@@ -61,12 +61,15 @@ enum { GEMV, QUANT, ATTN, NORM, DEQUANT };
 
 static void launch(const job *j, hx_cuda_stream s)
 {
-    if (j->kind == GEMV) hx_cuda_gemv(&j->w, j->x, j->xq, j->xd, j->rows, NULL, j->out, s);
+    if (j->kind == GEMV) {
+        const hx_cuda_gemv_job g = {.w = j->w, .out = j->out};
+        hx_cuda_gemv(&g, 1, j->x, j->xq, j->xd, j->rows, s);
+    }
     else if (j->kind == DEQUANT) hx_cuda_dequant_rows(&j->w, 0, j->w.n_out, j->out, 0, s);
     else if (j->kind == QUANT) hx_cuda_quantize_x(j->x, j->rows * j->w.n_in, j->xq, j->xd, s);
     else if (j->kind == ATTN)
         hx_cuda_attention(&j->kv, 0, j->blocks, j->x, j->pos, 1, j->n_head, 0.088f, 0, 0.0f,
-                          j->xd, j->out, s);
+                          j->xd, j->out, NULL, NULL, s);
     else hx_cuda_rmsnorm(j->x, j->x, j->rows, j->w.n_in, 1e-5f, j->out, NULL, NULL, s);
 }
 
@@ -157,7 +160,7 @@ int main(int argc, char **argv)
                                                                 : ffn * d / 16;
     const size_t x_bytes = (size_t)(8 * (ffn > d ? ffn : d)) * 4;
     float *x = dev_bytes(x_bytes, 0x3c), *out = dev_bytes((size_t)(8 * big) * 4, 0); /* ~0.011 */
-    int8_t *xq = dev_bytes(x_bytes / 4, 0x11);
+    int8_t *xq = dev_bytes(x_bytes / 2, 0x11); /* two bytes a value */
     float *xd = dev_bytes(x_bytes / 32, 0x3c);
 
     printf("%-6s %-14s %4s %10s %10s\n", "format", "matrix", "rows", "us/launch", "GB/s");

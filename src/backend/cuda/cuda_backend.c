@@ -602,7 +602,8 @@ static hx_status ensure_half(cuda_impl *c, void **p, int64_t *have, int64_t n, h
     cudaFree(*p);
     *p = NULL;
     *have = 0;
-    const cudaError_t e = cudaMalloc(p, (size_t)n * 2);
+    cudaError_t e = cudaMalloc(p, (size_t)n * 2);
+    if (e == cudaSuccess) e = cudaMemset(*p, 0, (size_t)n * 2); /* attention's counters */
     if (e != cudaSuccess) return cuda_err(err, HX_E_NOMEM, "matmul scratch", e);
     *have = n;
     return HX_OK;
@@ -748,6 +749,8 @@ typedef struct {
     const int32_t *blocks, *pos;
     const float   *q, *k, *v;
     float         *out, *scratch;
+    int8_t        *xq; /* attention: also round the output for the GEMV after (gemv_input) */
+    float         *xd;
     int64_t        n_tok;
     int32_t        layer, n_head, window;
     float          scale, softcap;
@@ -772,22 +775,11 @@ static void run_kv_write(cuda_impl *c, const void *p)
     hx_cuda_kv_write(&a->kv, a->layer, a->blocks, a->pos, a->k, a->v, a->n_tok, c->stream);
 }
 
-static void cuda_kv_write(hx_backend *be, hx_kv_store *kv, int32_t layer, const hx_kv_seq *seq,
-                          const int32_t *pos, const float *k, const float *v, int64_t n_tok)
-{
-    cuda_impl *c = cx(be);
-    attn_args a;
-    attn_common(c, &a, kv, layer, seq, pos, n_tok);
-    a.k = k;
-    a.v = v;
-    record(c, "kv_write", run_kv_write, &a, sizeof a);
-}
-
 static void run_attention(cuda_impl *c, const void *p)
 {
     const attn_args *a = p;
     hx_cuda_attention(&a->kv, a->layer, a->blocks, a->q, a->pos, a->n_tok, a->n_head, a->scale,
-                      a->window, a->softcap, a->scratch, a->out, c->stream);
+                      a->window, a->softcap, a->scratch, a->out, a->xq, a->xd, c->stream);
 }
 
 static void cuda_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
@@ -816,19 +808,20 @@ static void cuda_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
 /* ---- matmul and the other ops ---- */
 
 typedef struct {
-    hx_cuda_wmat   w;
-    const int32_t *ids;
-    const float   *x, *bias;
-    int64_t        n;
-    float         *out;
-    int8_t        *xq; /* the GEMV over a block format: x rounded (hx_cuda_quantize_x) */
-    float         *xd;
+    hx_cuda_gemv_job job[HX_CUDA_GEMV_SET]; /* the matmul (embed: the table, out), then those
+                                               joined to its launch (join_gemv) */
+    int64_t          n_jobs;
+    const int32_t   *ids;
+    const float     *x;
+    int64_t          n;
+    int8_t          *xq; /* the GEMV over a block format: x rounded (hx_cuda_quantize_x) */
+    float           *xd;
 } mat_args;
 
 static void run_embed(cuda_impl *c, const void *p)
 {
     const mat_args *a = p;
-    hx_cuda_embed(&a->w, a->ids, a->n, a->out, c->stream);
+    hx_cuda_embed(&a->job[0].w, a->ids, a->n, a->job[0].out, c->stream);
 }
 
 static void cuda_embed(hx_backend *be, const hx_tensor *w, const int32_t *ids, int64_t n_tok,
@@ -837,10 +830,11 @@ static void cuda_embed(hx_backend *be, const hx_tensor *w, const int32_t *ids, i
     cuda_impl *c = cx(be);
     mat_args a;
     memset(&a, 0, sizeof a);
-    a.w = *dev_wmat_of(c, w);
+    a.job[0].w = *dev_wmat_of(c, w);
+    a.job[0].out = out;
+    a.n_jobs = 1;
     a.ids = stage_ints(c, ids, n_tok);
     a.n = n_tok;
-    a.out = out;
     record(c, "embed", run_embed, &a, sizeof a);
 }
 
@@ -860,16 +854,17 @@ static void gemm_half(cuda_impl *c, const void *a, const void *x, cudaDataType t
 static void run_matmul(cuda_impl *c, const void *p)
 {
     const mat_args *a = p;
-    const hx_cuda_wmat *wm = &a->w;
-    const int64_t n_rows = a->n, n_in = wm->n_in, n_out = wm->n_out;
-    if (n_rows <= HX_CUDA_GEMV_ROWS) {
-        hx_cuda_gemv(wm, a->x, a->xq, a->xd, n_rows, a->bias, a->out, c->stream);
+    if (a->n <= HX_CUDA_GEMV_ROWS) {
+        hx_cuda_gemv(a->job, (int)a->n_jobs, a->x, a->xq, a->xd, a->n, c->stream);
         return;
     }
+    const hx_cuda_wmat *wm = &a->job[0].w;
+    float *out = a->job[0].out;
+    const int64_t n_rows = a->n, n_in = wm->n_in, n_out = wm->n_out;
     if (wm->dtype == HX_DT_F32) { /* no conversion: single precision, exact */
         const float one = 1.0f, zero = 0.0f;
         CK_BLAS(c->blas->sgemm(c->handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, (int)n_rows,
-                               (int)n_in, &one, wm->q, (int)n_in, a->x, (int)n_in, &zero, a->out,
+                               (int)n_in, &one, wm->q, (int)n_in, a->x, (int)n_in, &zero, out,
                                (int)n_out));
     } else {
         const bool bf16 = wm->dtype == HX_DT_BF16;
@@ -877,18 +872,18 @@ static void run_matmul(cuda_impl *c, const void *p)
         HX_ASSERT(n_rows * n_in <= c->half_x_elems); /* reserve sized it */
         hx_cuda_to_half(a->x, n_rows * n_in, c->half_x, bf16, c->stream);
         if (wm->dtype == HX_DT_F16 || bf16) {
-            gemm_half(c, wm->q, c->half_x, type, 0, n_out, n_in, n_rows, n_out, a->out);
+            gemm_half(c, wm->q, c->half_x, type, 0, n_out, n_in, n_rows, n_out, out);
         } else {
             const int64_t chunk = c->half_w_elems / n_in;
             HX_ASSERT(chunk >= 1);
             for (int64_t o0 = 0; o0 < n_out; o0 += chunk) {
                 const int64_t o1 = o0 + chunk < n_out ? o0 + chunk : n_out;
                 hx_cuda_dequant_rows(wm, o0, o1, c->half_w, 0, c->stream);
-                gemm_half(c, c->half_w, c->half_x, type, o0, o1, n_in, n_rows, n_out, a->out);
+                gemm_half(c, c->half_w, c->half_x, type, o0, o1, n_in, n_rows, n_out, out);
             }
         }
     }
-    if (a->bias) hx_cuda_add_bias(a->out, a->bias, n_rows, n_out, c->stream);
+    if (a->job[0].bias) hx_cuda_add_bias(out, a->job[0].bias, n_rows, n_out, c->stream);
 }
 
 /* The row and element-wise ops share one argument record. */
@@ -898,7 +893,11 @@ typedef struct {
     const int32_t *idx;
     int64_t        n, d;
     float          f;
-    int32_t        i0, i1, i2, i3;
+    int32_t        i0, i1, i2, i3, i4, layer;
+    float         *out2; /* rope: a second tensor (i4 heads) rotated in the same launch */
+    hx_cuda_kv     kv;   /* rope: with kv.k set, out2 is K, stored with v2 in the cache */
+    const int32_t *blocks;
+    const float   *v2;
     int8_t        *xq; /* rmsnorm, glu: also round the output for the GEMV after (gemv_input) */
     float         *xd;
 } row_args;
@@ -912,12 +911,13 @@ static void run_quantize_x(cuda_impl *c, const void *p)
     hx_cuda_quantize_x(a->x, a->n, a->xq, a->xd, c->stream);
 }
 
-/* The GEMV over a block format reads x rounded to int8 (kernels.h): the rows are rounded by
- * an op of their own, which the matmuls right after with the same input (q, k and v; gate
- * and up) skip, as long as none of them wrote over it. */
+/* The GEMV over a block format reads x rounded to 16-bit integers (kernels.h): the rows are
+ * rounded by an op of their own, which the matmuls right after with the same input (q, k and
+ * v; gate and up) skip, as long as none of them wrote over it. */
 static void gemv_input(cuda_impl *c, mat_args *a)
 {
-    const int64_t n = a->n * a->w.n_in, q_bytes = (n + 15) & ~(int64_t)15;
+    const int64_t n = a->n * a->job[0].w.n_in;
+    const int64_t q_bytes = (2 * n + 15) & ~(int64_t)15; /* two bytes a value */
     hx_err err = {0};
     const void *had = c->xq;
     if (ensure_half(c, &c->xq, &c->xq_elems, (q_bytes + n / 32 * 4) / 2, &err) != HX_OK)
@@ -928,17 +928,61 @@ static void gemv_input(cuda_impl *c, mat_args *a)
     if (c->xq_of == a->x && c->xq_n == n) return;
     if (c->n_ops > 0) { /* the op just before wrote x: it rounds it too */
         const op_rec *last = &c->ops[c->n_ops - 1];
-        row_args *r = (row_args *)(void *)(c->op_args + last->off);
-        const int64_t wrote = last->fn == run_rmsnorm ? r->n * r->d : r->n;
-        if ((last->fn == run_rmsnorm || last->fn == run_glu) && r->out == a->x && wrote == n) {
+        void *args = c->op_args + last->off;
+        row_args *r = args;
+        attn_args *t = args;
+        if ((last->fn == run_rmsnorm || last->fn == run_glu) && r->out == a->x &&
+            (last->fn == run_rmsnorm ? r->n * r->d : r->n) == n) {
             r->xq = a->xq;
             r->xd = a->xd;
+            return;
+        }
+        /* decode attention rounds as it merges its partial states (kernels.h) */
+        if (last->fn == run_attention && t->out == a->x && t->kv.d_head % 32 == 0 &&
+            t->n_tok * t->n_head * t->kv.d_head == n &&
+            hx_cuda_attention_scratch(t->n_tok, t->n_head, t->kv.d_head) > 0) {
+            t->xq = a->xq;
+            t->xd = a->xd;
             return;
         }
     }
     mat_args q = *a;
     q.n = n;
     record(c, "quantize_x", run_quantize_x, &q, sizeof q);
+}
+
+static bool overlap(const float *a, int64_t na, const float *b, int64_t nb)
+{
+    return a < b + nb && b < a + na;
+}
+
+/* The GEMV record just before in the log, if that is the last op; else NULL. */
+static mat_args *last_gemv(cuda_impl *c)
+{
+    if (c->n_ops == 0 || c->ops[c->n_ops - 1].fn != run_matmul) return NULL;
+    mat_args *p = (mat_args *)(void *)(c->op_args + c->ops[c->n_ops - 1].off);
+    return p->n <= HX_CUDA_GEMV_ROWS ? p : NULL;
+}
+
+/* Joins a GEMV to the launch of the op just before when that is a GEMV of the same rows of x,
+ * weights of the same dtype and n_in (q, k and v; gate and up) and room for another job, and no
+ * output overlaps x or another's output: one launch instead of three, whose small matrices
+ * (k and v) no longer leave most of the GPU idle alone. */
+static bool join_gemv(cuda_impl *c, const mat_args *a)
+{
+    mat_args *p = last_gemv(c);
+    const hx_cuda_gemv_job *j = &a->job[0];
+    if (!p || p->n != a->n || p->x != a->x || p->xq != a->xq || p->xd != a->xd ||
+        p->n_jobs == HX_CUDA_GEMV_SET || p->job[0].w.dtype != j->w.dtype ||
+        p->job[0].w.n_in != j->w.n_in ||
+        overlap(j->out, a->n * j->w.n_out, a->x, a->n * j->w.n_in))
+        return false;
+    for (int64_t k = 0; k < p->n_jobs; k++)
+        if (p->job[k].acc || overlap(j->out, a->n * j->w.n_out, p->job[k].out,
+                                     a->n * p->job[k].w.n_out))
+            return false;
+    p->job[p->n_jobs++] = *j;
+    return true;
 }
 
 static void cuda_matmul(hx_backend *be, const hx_tensor *w, const hx_tensor *bias, const float *x,
@@ -948,18 +992,20 @@ static void cuda_matmul(hx_backend *be, const hx_tensor *w, const hx_tensor *bia
     HX_ASSERT(w->prepared); /* every matmul weight went through `weight` */
     mat_args a;
     memset(&a, 0, sizeof a);
-    a.w = *(const hx_cuda_wmat *)w->prepared;
-    a.bias = bias ? dev_floats_of(c, bias) : NULL;
+    const hx_cuda_wmat *wm = w->prepared;
+    a.job[0].w = *wm;
+    a.job[0].bias = bias ? dev_floats_of(c, bias) : NULL;
+    a.job[0].out = out;
+    a.n_jobs = 1;
     a.x = x;
     a.n = n_rows;
-    a.out = out;
-    const bool gemv = n_rows <= HX_CUDA_GEMV_ROWS, int8 = gemv && hx_cuda_gemv_int8(a.w.dtype);
+    const bool gemv = n_rows <= HX_CUDA_GEMV_ROWS, int8 = gemv && hx_cuda_gemv_int8(wm->dtype);
     if (int8) gemv_input(c, &a);
-    record(c, gemv ? "matmul gemv" : "matmul gemm", run_matmul, &a, sizeof a);
-    const float *o_end = out + n_rows * a.w.n_out, *x_end = x + n_rows * a.w.n_in;
-    if (int8 && (o_end <= x || out >= x_end)) {
+    if (!gemv || !join_gemv(c, &a))
+        record(c, gemv ? "matmul gemv" : "matmul gemm", run_matmul, &a, sizeof a);
+    if (int8 && !overlap(out, n_rows * wm->n_out, x, n_rows * wm->n_in)) {
         c->xq_of = x; /* still what xq holds after this op */
-        c->xq_n = n_rows * a.w.n_in;
+        c->xq_n = n_rows * wm->n_in;
     }
 }
 
@@ -989,7 +1035,8 @@ static void cuda_rmsnorm(hx_backend *be, const float *x, const hx_tensor *w, int
 static void run_rope(cuda_impl *c, const void *p)
 {
     const row_args *a = p;
-    hx_cuda_rope(a->out, a->idx, a->n, a->i0, a->i1, a->w, a->i2, a->f, a->i3, c->stream);
+    hx_cuda_rope(a->out, a->i0, a->out2, a->i4, a->idx, a->n, a->i1, a->w, a->i2, a->f, a->i3,
+                 a->kv.k ? &a->kv : NULL, a->layer, a->blocks, a->v2, c->stream);
 }
 
 static void cuda_rope(hx_backend *be, float *x, const int32_t *pos, int64_t n_tok, int32_t n_head,
@@ -1007,7 +1054,45 @@ static void cuda_rope(hx_backend *be, float *x, const int32_t *pos, int64_t n_to
     a.i2 = rope->n_rot;
     a.f = rope->mscale;
     a.i3 = rope->pairs;
+    /* Right after the rope of q with the same positions and rotation: k joins its launch. */
+    if (c->n_ops > 0 && c->ops[c->n_ops - 1].fn == run_rope) {
+        row_args *p = (row_args *)(void *)(c->op_args + c->ops[c->n_ops - 1].off);
+        if (!p->out2 && p->idx == a.idx && p->n == a.n && p->i1 == a.i1 && p->w == a.w &&
+            p->i2 == a.i2 && p->f == a.f && p->i3 == a.i3 &&
+            !overlap(x, n_tok * n_head * d_head, p->out, p->n * p->i0 * p->i1)) {
+            p->out2 = x;
+            p->i4 = n_head;
+            c->xq_of = NULL; /* as record() does: the launch now writes more */
+            return;
+        }
+    }
     record(c, "rope", run_rope, &a, sizeof a);
+}
+
+static void cuda_kv_write(hx_backend *be, hx_kv_store *kv, int32_t layer, const hx_kv_seq *seq,
+                          const int32_t *pos, const float *k, const float *v, int64_t n_tok)
+{
+    cuda_impl *c = cx(be);
+    attn_args a;
+    attn_common(c, &a, kv, layer, seq, pos, n_tok);
+    a.k = k;
+    a.v = v;
+    /* Right after the rope that rotated these rows of K (joined to q's): it stores them. */
+    if (c->n_ops > 0 && c->ops[c->n_ops - 1].fn == run_rope) {
+        row_args *p = (row_args *)(void *)(c->op_args + c->ops[c->n_ops - 1].off);
+        const int64_t kvd = n_tok * kv->kv_dim;
+        if (p->out2 == k && !p->kv.k && p->idx == a.pos && p->n == n_tok &&
+            p->i4 == kv->n_kv_head && p->i1 == kv->d_head && !overlap(v, kvd, k, kvd) &&
+            !overlap(v, kvd, p->out, n_tok * p->i0 * p->i1)) {
+            p->kv = a.kv;
+            p->layer = layer;
+            p->blocks = a.blocks;
+            p->v2 = v;
+            c->xq_of = NULL; /* as record() does: the launch now writes more */
+            return;
+        }
+    }
+    record(c, "kv_write", run_kv_write, &a, sizeof a);
 }
 
 static void run_gather(cuda_impl *c, const void *p)
@@ -1082,8 +1167,24 @@ static void elementwise(hx_backend *be, const char *name, int kind, float *x, co
     record(c, name, run_elementwise, &a, sizeof a);
 }
 
+/* x += y. Right after the GEMV that wrote y (the attention output and MLP projections), the
+ * GEMV adds it as it writes (its job's acc) when x is none of its inputs or outputs. */
 static void cuda_add(hx_backend *be, float *x, const float *y, int64_t n)
 {
+    cuda_impl *c = cx(be);
+    mat_args *p = last_gemv(c);
+    hx_cuda_gemv_job *j = p ? &p->job[p->n_jobs - 1] : NULL;
+    if (j && j->out == y && !j->acc && p->n * j->w.n_out == n &&
+        !overlap(x, n, p->x, p->n * j->w.n_in)) {
+        bool apart = true;
+        for (int64_t k = 0; k < p->n_jobs; k++)
+            apart = apart && !overlap(x, n, p->job[k].out, p->n * p->job[k].w.n_out);
+        if (apart) {
+            j->acc = x;
+            c->xq_of = NULL; /* as record() does: the launch now writes more */
+            return;
+        }
+    }
     elementwise(be, "add", 0, x, y, 0.0f, n);
 }
 

@@ -17,12 +17,62 @@
 #include <mma.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <type_traits>
 
 #include "tensor/dtype.h"
 
 namespace {
+
+// ---- launches ----
+//
+// Programmatic dependent launch (sm_90 on): a decode step is some 300 small kernels in a row,
+// and the gap between one's end and the next's start (its launch) cost about as much as the
+// small kernels themselves. Every kernel is launched allowed to start before the one ahead of
+// it on the stream has ended; its first act is to wait for that one (griddepcontrol.wait: the
+// prior grid complete, its memory visible), then to let the next one launch. Before sm_90
+// neither instruction is compiled in and the attribute is not set: plain stream order. The
+// environment variable HEARTH_CUDA_PDL=0 turns it off (to measure what it gives).
+__device__ __forceinline__ void after_prior()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+bool dependent_launch()
+{
+    static int major[64]; // per device: 0 until asked, -1 when it could not be
+    static const char *env = getenv("HEARTH_CUDA_PDL");
+    static const bool off = env && strcmp(env, "0") == 0;
+    int dev = 0;
+    if (off || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+    if (major[dev] == 0 &&
+        cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+        major[dev] = -1;
+    return major[dev] >= 9;
+}
+
+// k<<<grid, block, smem, s>>>(a...) as a dependent launch where the device has them; a bad
+// launch is left to cudaGetLastError, as with <<<>>>.
+template <typename... P, typename... A>
+void launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, hx_cuda_stream s, A... a)
+{
+    cudaLaunchAttribute at = {};
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = (cudaStream_t)s;
+    cfg.attrs = &at;
+    cfg.numAttrs = dependent_launch() ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, k, ((P)a)...);
+}
 
 __device__ __forceinline__ float h2f(uint16_t h)
 {
@@ -211,14 +261,22 @@ __device__ __forceinline__ float warp_max(float v)
     return v;
 }
 
-// Value i of x rounded as hx_cuda_quantize_x does, by the 32 lanes of a warp holding values
-// i0..i0 + 31 (i0 a multiple of 32) in lane order: the scale of the 32 is their max |y| / 127.
-__device__ __forceinline__ void round_x(float y, int64_t i, int8_t *__restrict__ q,
+// Value i of x (of n) rounded as hx_cuda_quantize_x does, by the 32 lanes of a warp holding
+// values i0..i0 + 31 (i0 a multiple of 32) in lane order: a high byte at the scale max |x| /
+// 127 of the 32, and a low byte for what it left over at 1/256 of that scale.
+__device__ __forceinline__ void round_x(float y, int64_t i, int64_t n, int8_t *__restrict__ q,
                                         float *__restrict__ d)
 {
-    const float dx = warp_max(fabsf(y)) / 127.0f;
-    q[i] = (int8_t)(dx > 0.0f ? __float2int_rn(y / dx) : 0);
-    if ((threadIdx.x & 31) == 0) d[i / 32] = dx;
+    const float d1 = warp_max(fabsf(y)) / 127.0f;
+    int hi = 0, lo = 0;
+    if (d1 > 0.0f) {
+        hi = __float2int_rn(y / d1);
+        lo = __float2int_rn(__fmaf_rn(-(float)hi, d1, y) * 256.0f / d1);
+        lo = lo > 127 ? 127 : lo < -127 ? -127 : lo;
+    }
+    q[i] = (int8_t)hi;
+    q[n + i] = (int8_t)lo;
+    if ((threadIdx.x & 31) == 0) d[i / 32] = d1 / 256.0f;
 }
 
 // Elements [8 j, 8 j + 8) of row o of a float weight (16 or 32 bytes): the float GEMV's unit,
@@ -248,13 +306,33 @@ __device__ __forceinline__ void sub8(const hx_cuda_wmat &w, int64_t o, int64_t j
 constexpr int GEMV_WARPS = 4;     // warps per block, splitting the length of its rows
 constexpr int GEMV_ROWS = 4; // output rows per block, sharing each activation load
 
+// The GEMVs of one launch (hx_cuda_gemv): job k's blocks start at block start[k].
+struct gemv_set {
+    hx_cuda_gemv_job job[HX_CUDA_GEMV_SET];
+    uint32_t         start[HX_CUDA_GEMV_SET];
+    int              n;
+};
+static_assert(HX_CUDA_GEMV_SET == 3, "gemv_job picks among three");
+
+// This block's job, and its first output row.
+__device__ __forceinline__ hx_cuda_gemv_job gemv_job(const gemv_set &set, int64_t *o0)
+{
+    int j = 0;
+#pragma unroll
+    for (int k = 1; k < HX_CUDA_GEMV_SET; k++)
+        if (k < set.n && blockIdx.x >= set.start[k]) j = k;
+    *o0 = (int64_t)(blockIdx.x - set.start[j]) * GEMV_ROWS;
+    return j == 0 ? set.job[0] : j == 1 ? set.job[1] : set.job[2];
+}
+
 // The end of every GEMV block: each thread holds partial sums acc[k][r] (output row o0 + k,
-// batch row r); the warps' sums meet in shared memory and one thread per (k, r) writes.
+// batch row r); the warps' sums meet in shared memory and one thread per (k, r) writes (and
+// adds into the job's acc).
 template <int R>
 __device__ __forceinline__ void gemv_store(const float (&acc)[GEMV_ROWS][R], int64_t o0,
-                                           int n_rows, int64_t n_out,
-                                           const float *__restrict__ bias, float *__restrict__ out)
+                                           int n_rows, const hx_cuda_gemv_job &job)
 {
+    const int64_t n_out = job.w.n_out;
     __shared__ float part[GEMV_WARPS][GEMV_ROWS][R];
     const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
 #pragma unroll
@@ -271,7 +349,9 @@ __device__ __forceinline__ void gemv_store(const float (&acc)[GEMV_ROWS][R], int
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < GEMV_WARPS; i++) s += part[i][k][r];
-        out[r * n_out + o0 + k] = s + (bias ? bias[o0 + k] : 0.0f);
+        s += job.bias ? job.bias[o0 + k] : 0.0f;
+        job.out[r * n_out + o0 + k] = s;
+        if (job.acc) job.acc[r * n_out + o0 + k] += s;
     }
 }
 
@@ -284,10 +364,12 @@ __device__ __forceinline__ void gemv_store(const float (&acc)[GEMV_ROWS][R], int
 // each chaining only n_in / 1,024 trips to memory. The four warps' sums meet in shared memory.
 template <int DT, int R>
 __global__ void __launch_bounds__(32 * GEMV_WARPS)
-    gemv_kernel(hx_cuda_wmat w, const float *__restrict__ x, int n_rows,
-                const float *__restrict__ bias, float *__restrict__ out)
+    gemv_kernel(const __grid_constant__ gemv_set set, const float *__restrict__ x, int n_rows)
 {
-    const int64_t o0 = (int64_t)blockIdx.x * GEMV_ROWS;
+    after_prior();
+    int64_t o0;
+    const hx_cuda_gemv_job job = gemv_job(set, &o0);
+    const hx_cuda_wmat &w = job.w;
     const int64_t n8 = w.n_in / 8;
     float acc[GEMV_ROWS][R] = {};
 #pragma unroll 2
@@ -316,7 +398,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
             }
         }
     }
-    gemv_store<R>(acc, o0, n_rows, w.n_out, bias, out);
+    gemv_store<R>(acc, o0, n_rows, job);
 }
 
 // Elements [8 j, 8 j + 8) of row o of w as eight integers q (bytes of w0 then w1, in element
@@ -379,32 +461,48 @@ __device__ __forceinline__ void subi8(const hx_cuda_wmat &w, int64_t o, int64_t 
     }
 }
 
-// The GEMV over a block format, with x rounded to int8 per 32 values (hx_cuda_quantize_x):
-// the same blocks, threads and slices as gemv_kernel, but each 8-element slice is two
-// dp4a (four byte products each) against the weight's integer codes, and the float work is
-// one multiply-add per slice: sum_e (d q_e + m) x_e = dx (d sum q_e xq_e + m sum xq_e). A
+// The dot product of 8 weight codes (words a0, a1) with 8 values of x as the GEMV reads it
+// (kernels.h): 256 times that of their high bytes (x0[0], x1[0]) plus that of their low
+// bytes, in units of x's scale. |result| < 2^31 for codes of up to 8 bits.
+__device__ __forceinline__ int x_dot(int a0, int a1, const int (&x0)[2], const int (&x1)[2])
+{
+    return __dp4a(a0, x0[1], __dp4a(a1, x1[1], 256 * __dp4a(a0, x0[0], __dp4a(a1, x1[0], 0))));
+}
+
+// The GEMV over a block format, with x rounded to 16-bit integers per 32 values
+// (hx_cuda_quantize_x): the same blocks, threads and slices as gemv_kernel, but each 8-element
+// slice is four dp4a (four byte products each) against the weight's integer codes, and the
+// float work is one multiply-add per slice: sum_e (d q_e + m) x_e = dx (d sum q_e xq_e + m sum
+// xq_e). A
 // dequantize-then-FMA slice costs about six instructions per weight, which at ~1 ms of
 // weights per token made the GEMV issue bound; this costs about two.
 template <int DT, int R>
 __global__ void __launch_bounds__(32 * GEMV_WARPS)
-    gemv_i8_kernel(hx_cuda_wmat w, const int8_t *__restrict__ xq, const float *__restrict__ xd,
-                   int n_rows, const float *__restrict__ bias, float *__restrict__ out)
+    gemv_i8_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,
+                   const float *__restrict__ xd, int n_rows)
 {
-    const int64_t o0 = (int64_t)blockIdx.x * GEMV_ROWS;
+    after_prior();
+    int64_t o0;
+    const hx_cuda_gemv_job job = gemv_job(set, &o0);
+    const hx_cuda_wmat &w = job.w;
     const int64_t n8 = w.n_in / 8;
     float acc[GEMV_ROWS][R] = {};
+    const int64_t n = (int64_t)n_rows * w.n_in; // the low bytes' offset
 #pragma unroll 2
     for (int64_t j = threadIdx.x; j < n8; j += 32 * GEMV_WARPS) {
-        int x0[R], x1[R], xs[R];
+        int x0[R][2], x1[R][2], xs[R];
         float dx[R];
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if (r < n_rows) {
-                const uint2 u = __ldg((const uint2 *)(xq + r * w.n_in + j * 8));
-                x0[r] = (int)u.x;
-                x1[r] = (int)u.y;
+#pragma unroll
+                for (int t = 0; t < 2; t++) {
+                    const uint2 u = __ldg((const uint2 *)(xq + t * n + r * w.n_in + j * 8));
+                    x0[r][t] = (int)u.x;
+                    x1[r][t] = (int)u.y;
+                }
                 dx[r] = __ldg(xd + r * (w.n_in / 32) + (j >> 2));
-                xs[r] = __dp4a(0x01010101, x0[r], __dp4a(0x01010101, x1[r], 0));
+                xs[r] = x_dot(0x01010101, 0x01010101, x0[r], x1[r]);
             }
         }
 #pragma unroll
@@ -416,13 +514,13 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 if (r < n_rows) {
-                    const int dot = __dp4a(a0, x0[r], __dp4a(a1, x1[r], 0));
+                    const int dot = x_dot(a0, a1, x0[r], x1[r]);
                     acc[k][r] += dx[r] * (d * (float)dot + m * (float)xs[r]);
                 }
             }
         }
     }
-    gemv_store<R>(acc, o0, n_rows, w.n_out, bias, out);
+    gemv_store<R>(acc, o0, n_rows, job);
 }
 
 // The formats whose GEMV reads wide: a thread takes a unit of UNIT values of a row whose codes
@@ -443,13 +541,28 @@ constexpr int wide_unit()
     return DT == HX_DT_Q4_K ? 64 : 32;
 }
 
-// sum over unit u of row o of (d q + m) x, with x given as int8 words xw (4 values each, in
-// order), their sums xs and scales dx per 32 values: integer dot products (dp4a) per 32 values,
-// then one multiply-add. MLX's nibbles are in a word's order (value e in bits 4e), so its x
-// words come in even/odd order (xw[0..3] the even values of each 8, xw[4..7] the odd ones).
+// sum_k c[k] . x[k] over N words of 4 codes, with x as the GEMV reads it (kernels.h): 256 times
+// the dot product with its high bytes xh plus that with its low bytes xl, in units of x's scale.
+template <int N>
+__device__ __forceinline__ int x_dot_words(const uint32_t *c, const int *xh, const int *xl)
+{
+    int h = 0;
+#pragma unroll
+    for (int k = 0; k < N; k++) h = __dp4a((int)c[k], xh[k], h);
+    int v = 256 * h;
+#pragma unroll
+    for (int k = 0; k < N; k++) v = __dp4a((int)c[k], xl[k], v);
+    return v;
+}
+
+// sum over unit u of row o of (d q + m) x, with x given as words xw of 4 values each in order
+// (xw[0] the high bytes, xw[1] the low ones), their sums xs and scales dx per 32 values: integer
+// dot products (dp4a) per 32 values, then one multiply-add. MLX's nibbles are in a word's order
+// (value e in bits 4e), so its x words come in even/odd order (words 0..3 the even values of
+// each 8, 4..7 the odd ones).
 template <int DT>
 __device__ __forceinline__ float wide_dot(const hx_cuda_wmat &w, int64_t o, int64_t u,
-                                          const int (&xw)[wide_unit<DT>() / 4],
+                                          const int (&xw)[2][wide_unit<DT>() / 4],
                                           const int (&xs)[wide_unit<DT>() / 32],
                                           const float (&dx)[wide_unit<DT>() / 32])
 {
@@ -470,97 +583,105 @@ __device__ __forceinline__ float wide_dot(const hx_cuda_wmat &w, int64_t o, int6
             sc[4 + k] = (uint8_t)(s1 >> (8 * k));
             sc[8 + k] = (uint8_t)(s2 >> (8 * k));
         }
-        int lo = 0, hi = 0;
+        uint32_t lo4[8], hi4[8];
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            lo = __dp4a((int)(c[k] & LO4), xw[k], lo);
-            hi = __dp4a((int)((c[k] >> 4) & LO4), xw[8 + k], hi);
+            lo4[k] = c[k] & LO4;
+            hi4[k] = (c[k] >> 4) & LO4;
         }
+        const int lo = x_dot_words<8>(lo4, xw[0], xw[1]);
+        const int hi = x_dot_words<8>(hi4, xw[0] + 8, xw[1] + 8);
         int sc0, mn0, sc1, mn1;
         k_scale_min(sc, 2 * i, &sc0, &mn0);
         k_scale_min(sc, 2 * i + 1, &sc1, &mn1);
         const float d = h2f((uint16_t)dd), dmin = h2f((uint16_t)(dd >> 16));
-        return dx[0] * (d * (float)(sc0 * lo) - dmin * (float)(mn0 * xs[0])) +
-               dx[1] * (d * (float)(sc1 * hi) - dmin * (float)(mn1 * xs[1]));
-    } else if constexpr (DT == HX_DT_MLX4) {
-        const uint4 a = __ldg((const uint4 *)(row + 16 * u));
-        const uint32_t c[4] = {a.x, a.y, a.z, a.w};
-        int dot = 0;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            dot = __dp4a((int)(c[k] & LO4), xw[k], dot);
-            dot = __dp4a((int)((c[k] >> 4) & LO4), xw[4 + k], dot);
-        }
-        const int64_t g = o * (w.n_in / w.group_size) + 32 * u / w.group_size;
-        const float sc = load_sb(w.scales, w.sb_dtype, g), bi = load_sb(w.biases, w.sb_dtype, g);
-        return dx[0] * (sc * (float)dot + bi * (float)xs[0]);
+        return dx[0] * (d * (float)sc0 * (float)lo - dmin * (float)(mn0 * xs[0])) +
+               dx[1] * (d * (float)sc1 * (float)hi - dmin * (float)(mn1 * xs[1]));
     } else {
-        constexpr int QB = DT == HX_DT_Q8_0 ? 32 : 16; // code bytes per block
-        const uint8_t *q = row + u * QB;
-        const uint4 a = __ldg((const uint4 *)q);
-        int dot = 0;
-        if constexpr (DT == HX_DT_Q8_0) {
-            const uint4 b = __ldg((const uint4 *)q + 1);
-            const uint32_t c[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-            for (int k = 0; k < 8; k++) dot = __dp4a((int)c[k], xw[k], dot);
-        } else { // byte i holds value i (low nibble) and value i + 16 (high)
-            const uint32_t c[4] = {a.x, a.y, a.z, a.w};
+        uint32_t c[8];
+        float d, m;
+        if constexpr (DT == HX_DT_MLX4) {
+            const uint4 a = __ldg((const uint4 *)(row + 16 * u));
+            const uint32_t a4[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                dot = __dp4a((int)(c[k] & LO4), xw[k], dot);
-                dot = __dp4a((int)((c[k] >> 4) & LO4), xw[4 + k], dot);
+                c[k] = a4[k] & LO4;
+                c[4 + k] = (a4[k] >> 4) & LO4;
             }
+            const int64_t g = o * (w.n_in / w.group_size) + 32 * u / w.group_size;
+            d = load_sb(w.scales, w.sb_dtype, g);
+            m = load_sb(w.biases, w.sb_dtype, g);
+        } else {
+            constexpr int QB = DT == HX_DT_Q8_0 ? 32 : 16; // code bytes per block
+            const uint8_t *q = row + u * QB;
+            const uint4 a = __ldg((const uint4 *)q);
+            c[0] = a.x, c[1] = a.y, c[2] = a.z, c[3] = a.w;
+            if constexpr (DT == HX_DT_Q8_0) {
+                const uint4 b = __ldg((const uint4 *)q + 1);
+                c[4] = b.x, c[5] = b.y, c[6] = b.z, c[7] = b.w;
+            } else { // byte i holds value i (low nibble) and value i + 16 (high)
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    c[4 + k] = (c[k] >> 4) & LO4;
+                    c[k] &= LO4;
+                }
+            }
+            b32_scale<DT>(w, o, u, &d, &m);
         }
-        float d, m;
-        b32_scale<DT>(w, o, u, &d, &m);
-        return dx[0] * (d * (float)dot + m * (float)xs[0]);
+        return dx[0] * (d * (float)x_dot_words<8>(c, xw[0], xw[1]) + m * (float)xs[0]);
     }
 }
 
-// The GEMV over the wide formats with x rounded to int8 (hx_cuda_quantize_x): thread t of the
+// The GEMV over the wide formats with x as 16-bit integers (hx_cuda_quantize_x): thread t of the
 // block takes units t, t + 128, ... of the rows' length (one pass for a 4,096-wide row of
 // 32-value units), loads the unit's activations once for all batch rows and then, for each of
 // the block's GEMV_ROWS output rows, its codes, with 16 bytes of codes per load.
 template <int DT, int R>
 __global__ void __launch_bounds__(32 * GEMV_WARPS)
-    gemv_wide_kernel(hx_cuda_wmat w, const int8_t *__restrict__ xq, const float *__restrict__ xd,
-                     int n_rows, const float *__restrict__ bias, float *__restrict__ out)
+    gemv_wide_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,
+                     const float *__restrict__ xd, int n_rows)
 {
+    after_prior();
+    int64_t o0;
+    const hx_cuda_gemv_job job = gemv_job(set, &o0);
+    const hx_cuda_wmat &w = job.w;
     constexpr int U = wide_unit<DT>(), NW = U / 4, NB = U / 32;
-    const int64_t o0 = (int64_t)blockIdx.x * GEMV_ROWS;
     const int64_t n_units = w.n_in / U;
     float acc[GEMV_ROWS][R] = {};
+    const int64_t n = (int64_t)n_rows * w.n_in; // the low bytes' offset
     for (int64_t u = threadIdx.x; u < n_units; u += 32 * GEMV_WARPS) {
-        int xw[R][NW], xs[R][NB];
+        int xw[R][2][NW], xs[R][NB];
         float dx[R][NB];
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if (r < n_rows) {
-                const uint4 *p = (const uint4 *)(xq + r * w.n_in + u * U);
 #pragma unroll
-                for (int k = 0; k < NW / 4; k++) {
-                    const uint4 a = __ldg(p + k);
-                    xw[r][4 * k] = (int)a.x, xw[r][4 * k + 1] = (int)a.y;
-                    xw[r][4 * k + 2] = (int)a.z, xw[r][4 * k + 3] = (int)a.w;
+                for (int t = 0; t < 2; t++) {
+                    const uint4 *p = (const uint4 *)(xq + t * n + r * w.n_in + u * U);
+#pragma unroll
+                    for (int k = 0; k < NW / 4; k++) {
+                        const uint4 a = __ldg(p + k);
+                        xw[r][t][4 * k] = (int)a.x, xw[r][t][4 * k + 1] = (int)a.y;
+                        xw[r][t][4 * k + 2] = (int)a.z, xw[r][t][4 * k + 3] = (int)a.w;
+                    }
+                    if constexpr (DT == HX_DT_MLX4) { // to even/odd order (see wide_dot)
+                        int e[8];
+#pragma unroll
+                        for (int k = 0; k < 4; k++) {
+                            e[k] = (int)__byte_perm(xw[r][t][2 * k], xw[r][t][2 * k + 1], 0x6420);
+                            e[4 + k] =
+                                (int)__byte_perm(xw[r][t][2 * k], xw[r][t][2 * k + 1], 0x7531);
+                        }
+#pragma unroll
+                        for (int k = 0; k < 8; k++) xw[r][t][k] = e[k];
+                    }
                 }
 #pragma unroll
                 for (int b = 0; b < NB; b++) {
                     dx[r][b] = __ldg(xd + r * (w.n_in / 32) + u * NB + b);
-                    int t = 0;
-#pragma unroll
-                    for (int k = 0; k < 8; k++) t = __dp4a(0x01010101, xw[r][8 * b + k], t);
-                    xs[r][b] = t;
-                }
-                if constexpr (DT == HX_DT_MLX4) { // to even/odd order (see wide_dot)
-                    int e[8];
-#pragma unroll
-                    for (int k = 0; k < 4; k++) {
-                        e[k] = (int)__byte_perm(xw[r][2 * k], xw[r][2 * k + 1], 0x6420);
-                        e[4 + k] = (int)__byte_perm(xw[r][2 * k], xw[r][2 * k + 1], 0x7531);
-                    }
-#pragma unroll
-                    for (int k = 0; k < 8; k++) xw[r][k] = e[k];
+                    const uint32_t ones[8] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u,
+                                              0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
+                    xs[r][b] = x_dot_words<8>(ones, xw[r][0] + 8 * b, xw[r][1] + 8 * b);
                 }
             }
         }
@@ -572,22 +693,24 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
                 if (r < n_rows) acc[k][r] += wide_dot<DT>(w, o, u, xw[r], xs[r], dx[r]);
         }
     }
-    gemv_store<R>(acc, o0, n_rows, w.n_out, bias, out);
+    gemv_store<R>(acc, o0, n_rows, job);
 }
 
-// x rounded per 32 values: a warp per 32, lane i on value i.
+// x rounded per 32 values to a high and a low byte: a warp per 32, lane i on value i.
 __global__ void quantize_x_kernel(const float *__restrict__ x, int64_t n,
                                   int8_t *__restrict__ q, float *__restrict__ d)
 {
+    after_prior();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return; // n is a multiple of 32: whole warps leave
-    round_x(x[i], i, q, d);
+    round_x(x[i], i, n, q, d);
 }
 
 template <int DT>
 __global__ void dequant_kernel(hx_cuda_wmat w, int64_t o0, int64_t n_sub_total, void *dst,
                                int bf16)
 {
+    after_prior();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_sub_total) return;
     const int64_t n_sub = w.n_in / 32, o = o0 + i / n_sub, j = i % n_sub;
@@ -617,6 +740,7 @@ __global__ void dequant_kernel(hx_cuda_wmat w, int64_t o0, int64_t n_sub_total, 
 template <int DT>
 __global__ void embed_kernel(hx_cuda_wmat w, const int32_t *ids, int64_t n_total, float *out)
 {
+    after_prior();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_total) return;
     const int64_t n_sub = w.n_in / 32, t = i / n_sub, j = i % n_sub;
@@ -633,6 +757,7 @@ __global__ void embed_kernel(hx_cuda_wmat w, const int32_t *ids, int64_t n_total
 __global__ void rmsnorm_kernel(const float *x, const float *w, int64_t d, float eps, float *out,
                                int8_t *xq, float *xd)
 {
+    after_prior();
     const float *xr = x + blockIdx.x * d;
     float *yr = out + blockIdx.x * d;
     double ss = 0.0; // in double, as the CPU does: d_model can be 8192
@@ -653,28 +778,11 @@ __global__ void rmsnorm_kernel(const float *x, const float *w, int64_t d, float 
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
         const float y = xr[i] * scale * w[i];
         yr[i] = y;
-        if (xq) round_x(y, blockIdx.x * d + i, xq, xd);
+        if (xq) round_x(y, blockIdx.x * d + i, (int64_t)gridDim.x * d, xq, xd);
     }
 }
 
 // One thread per (row, head, rotated pair); the angle in double, as on the CPU.
-__global__ void rope_kernel(float *x, const int32_t *pos, int64_t n_total, int32_t n_head,
-                            int32_t d_head, const float *inv_freq, int32_t half, float mscale,
-                            int pairs)
-{
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n_total) return;
-    const int32_t p = (int32_t)(i % half);
-    const int64_t th = i / half, t = th / n_head;
-    const double ang = (double)pos[t] * (double)inv_freq[p];
-    const float cs = (float)cos(ang) * mscale, sn = (float)sin(ang) * mscale;
-    float *v = x + th * d_head;
-    const int32_t i0 = pairs ? 2 * p : p, i1 = pairs ? 2 * p + 1 : p + half;
-    const float x0 = v[i0], x1 = v[i1];
-    v[i0] = x0 * cs - x1 * sn;
-    v[i1] = x0 * sn + x1 * cs;
-}
-
 __device__ __forceinline__ size_t kv_index(const hx_cuda_kv &kv, int32_t block, int32_t layer,
                                            int32_t h, int32_t off)
 {
@@ -682,19 +790,69 @@ __device__ __forceinline__ size_t kv_index(const hx_cuda_kv &kv, int32_t block, 
            (size_t)kv.d_head;
 }
 
+// Element c of head h of row t's K (or V) stored at its position in the cache, in f16.
+__device__ __forceinline__ void kv_store(const hx_cuda_kv &kv, uint16_t *cache, int32_t layer,
+                                         const int32_t *blocks, int32_t p, int32_t h, int32_t c,
+                                         float v)
+{
+    const size_t at = kv_index(kv, blocks[p / kv.block_tokens], layer, h, p % kv.block_tokens);
+    cache[at + c] = __half_as_ushort(__float2half_rn(v));
+}
+
+// A thread per rotated pair: x's n_total pairs, then x2's n_total2 (n_head2 heads). With a
+// cache (kv.k not NULL), x2 is K: its rotated pairs are also stored, and n_total3 more threads
+// store V and K's unrotated elements (those from n_rot = 2 half on), as kv_write_kernel does.
+__global__ void rope_kernel(float *x, int32_t n_head, float *x2, int32_t n_head2,
+                            const int32_t *pos, int64_t n_total, int64_t n_total2,
+                            int32_t d_head, const float *inv_freq, int32_t half, float mscale,
+                            int pairs, hx_cuda_kv kv, int32_t layer, const int32_t *blocks,
+                            const float *v, int64_t n_total3)
+{
+    after_prior();
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_total + n_total2 + n_total3) return;
+    if (i >= n_total + n_total2) { // V, and K past the rotation, into the cache
+        i -= n_total + n_total2;
+        const int32_t kvd = n_head2 * d_head, e = (int32_t)(i % kvd);
+        const int32_t p = pos[i / kvd], h = e / d_head, c = e % d_head;
+        kv_store(kv, kv.v, layer, blocks, p, h, c, v[i]);
+        if (c >= 2 * half) kv_store(kv, kv.k, layer, blocks, p, h, c, x2[i]);
+        return;
+    }
+    const bool second = i >= n_total;
+    if (second) {
+        i -= n_total;
+        x = x2;
+        n_head = n_head2;
+    }
+    const int32_t p = (int32_t)(i % half);
+    const int64_t th = i / half, t = th / n_head;
+    const double ang = (double)pos[t] * (double)inv_freq[p];
+    const float cs = (float)cos(ang) * mscale, sn = (float)sin(ang) * mscale;
+    float *r = x + th * d_head;
+    const int32_t i0 = pairs ? 2 * p : p, i1 = pairs ? 2 * p + 1 : p + half;
+    const float x0 = r[i0], x1 = r[i1];
+    const float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
+    r[i0] = y0;
+    r[i1] = y1;
+    if (second && kv.k) {
+        const int32_t h = (int32_t)(th % n_head);
+        kv_store(kv, kv.k, layer, blocks, pos[t], h, i0, y0);
+        kv_store(kv, kv.k, layer, blocks, pos[t], h, i1, y1);
+    }
+}
+
 __global__ void kv_write_kernel(hx_cuda_kv kv, int32_t layer, const int32_t *blocks,
                                 const int32_t *pos, const float *k, const float *v,
                                 int64_t n_total)
 {
+    after_prior();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_total) return;
     const int32_t kvd = kv.n_kv_head * kv.d_head;
-    const int64_t t = i / kvd;
     const int32_t e = (int32_t)(i % kvd), h = e / kv.d_head, c = e % kv.d_head;
-    const int32_t p = pos[t], block = blocks[p / kv.block_tokens];
-    const size_t at = kv_index(kv, block, layer, h, p % kv.block_tokens) + c;
-    kv.k[at] = __half_as_ushort(__float2half_rn(k[i]));
-    kv.v[at] = __half_as_ushort(__float2half_rn(v[i]));
+    kv_store(kv, kv.k, layer, blocks, pos[i / kvd], h, c, k[i]);
+    kv_store(kv, kv.v, layer, blocks, pos[i / kvd], h, c, v[i]);
 }
 
 constexpr int ATT_WARPS = 4;
@@ -754,6 +912,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
                      int32_t n_head, float scale, int32_t window, float softcap,
                      float *__restrict__ out)
 {
+    after_prior();
     constexpr int PER = ATT_MAX_D / 32;
     __shared__ float qs[ATT_MAX_D];
     __shared__ float part[ATT_WARPS][ATT_MAX_D];
@@ -834,15 +993,21 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
 // ATT_WARPS warps; warp g of the DEC_SPLITS * ATT_WARPS takes 32-key chunks g, g + 64, ...;
 // a lane scores its own key in 16-byte loads, then the warp accumulates V with each lane on
 // four adjacent dimensions (8-byte loads). A block merges its warps' softmax states and writes
-// one partial state (d sums, max, sum) to scratch; decode_combine_kernel merges the partials.
+// one partial state (d sums, max, sum) to scratch; the last of the (row, head)'s blocks to
+// finish merges them. It knows by a counter per (row, head): DEC_COUNTERS of them open the
+// scratch, the same words for every launch (each leaves them at zero, as it found them), and
+// the partial states follow.
 constexpr int DEC_SPLITS = 16;
+constexpr int64_t DEC_COUNTERS = 4096;
 
 __global__ void __launch_bounds__(32 * ATT_WARPS)
     decode_split_kernel(hx_cuda_kv kv, int32_t layer, const int32_t *__restrict__ blocks,
                         const float *__restrict__ q, const int32_t *__restrict__ pos,
                         int32_t n_head, float scale, int32_t window, float softcap,
-                        float *__restrict__ part_out)
+                        float *__restrict__ part_out, unsigned *__restrict__ count,
+                        float *__restrict__ out, int8_t *__restrict__ xq, float *__restrict__ xd)
 {
+    after_prior();
     constexpr int NV = ATT_MAX_D / 128; // 4-dimension groups per lane
     __shared__ __align__(16) float qs[ATT_MAX_D];
     __shared__ float part[ATT_WARPS][ATT_MAX_D];
@@ -857,8 +1022,13 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[k][e] = 0.0f;
     float m = -INFINITY, l = 0.0f;
+    // A short context takes fewer blocks: as many as give each warp a chunk, up to DEC_SPLITS
+    // (the same count in every block of the row: all read the same position).
+    const int32_t chunks = (last - first) / 32 + 1;
+    const int32_t active = min(DEC_SPLITS, (chunks + ATT_WARPS - 1) / ATT_WARPS);
+    if ((int32_t)blockIdx.y >= active) return;
     const int32_t g = (int32_t)blockIdx.y * ATT_WARPS + wid;
-    for (int32_t c0 = first + 32 * g; c0 <= last; c0 += 32 * ATT_WARPS * DEC_SPLITS) {
+    for (int32_t c0 = first + 32 * g; c0 <= last; c0 += 32 * ATT_WARPS * active) {
         const int32_t p = c0 + lane;
         float s = -INFINITY;
         if (p <= last) {
@@ -932,22 +1102,32 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
         po[d] = mx;
         po[d + 1] = sum;
     }
-}
-
-// out[r] = the DEC_SPLITS partial states of (row, head) r merged: a block per r.
-__global__ void decode_combine_kernel(const float *__restrict__ part, int32_t d,
-                                      float *__restrict__ out)
-{
-    const int64_t r = blockIdx.x;
-    const float *p = part + r * DEC_SPLITS * (int64_t)(d + 2);
-    float mx, f[DEC_SPLITS];
-    const float inv = 1.0f / merge_weights<DEC_SPLITS>(p + d, p + d + 1, d + 2, f, &mx);
+    // Publish this partial; the block that counts last merges all (reading past L1, which
+    // may not see the other blocks' writes).
+    __threadfence();
+    __syncthreads();
+    __shared__ unsigned arrived;
+    if (threadIdx.x == 0) arrived = atomicAdd(&count[ar.r], 1u);
+    __syncthreads();
+    if (arrived != (unsigned)active - 1) return;
+    __threadfence();
+    const float *p = part_out + ar.r * DEC_SPLITS * (int64_t)(d + 2);
+    float pm[DEC_SPLITS], pl[DEC_SPLITS], fs[DEC_SPLITS];
+#pragma unroll
+    for (int k = 0; k < DEC_SPLITS; k++) {
+        pm[k] = k < active ? __ldcg(p + k * (d + 2) + d) : -INFINITY;
+        pl[k] = k < active ? __ldcg(p + k * (d + 2) + d + 1) : 0.0f;
+    }
+    const float inv = 1.0f / merge_weights<DEC_SPLITS>(pm, pl, 1, fs, &mx);
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float o = 0.0f;
 #pragma unroll
-        for (int k = 0; k < DEC_SPLITS; k++) o += p[k * (d + 2) + i] * f[k];
-        out[r * d + i] = o * inv;
+        for (int k = 0; k < DEC_SPLITS; k++)
+            if (k < active) o += __ldcg(p + k * (d + 2) + i) * fs[k];
+        out[ar.r * d + i] = o * inv;
+        if (xq) round_x(o * inv, ar.r * d + i, (int64_t)gridDim.x * d, xq, xd); // d % 32 == 0
     }
+    if (threadIdx.x == 0) count[ar.r] = 0; // ready for the next launch
 }
 
 // ---- prefill attention on the tensor cores ----
@@ -976,6 +1156,7 @@ __global__ void __launch_bounds__(32 * FA_WARPS)
                          int32_t n_tok, int32_t n_head, float scale, int32_t window,
                          float softcap, float *__restrict__ out)
 {
+    after_prior();
     using namespace nvcuda;
     extern __shared__ __align__(16) unsigned char fa_mem[];
     __half *qs = (__half *)fa_mem;        // [FA_Q][D]
@@ -1114,13 +1295,14 @@ void flash_prefill(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks, c
         sized = true;
     }
     const dim3 grid((unsigned)((n_tok + FA_Q - 1) / FA_Q), (unsigned)n_head);
-    flash_prefill_kernel<D><<<grid, 32 * FA_WARPS, fa_smem<D>(), s>>>(
-        *kv, layer, blocks, q, pos, (int32_t)n_tok, n_head, scale, window, softcap, out);
+    launch(flash_prefill_kernel<D>, grid, 32 * FA_WARPS, fa_smem<D>(), s, *kv, layer, blocks, q,
+           pos, (int32_t)n_tok, n_head, scale, window, softcap, out);
 }
 
 __global__ void gather_kernel(const float *src, const int32_t *rows, int64_t n_total, int64_t d,
                               float *dst)
 {
+    after_prior();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n_total) dst[i] = src[(int64_t)rows[i / d] * d + i % d];
 }
@@ -1129,6 +1311,7 @@ __global__ void gather_kernel(const float *src, const int32_t *rows, int64_t n_t
 __global__ void glu_kernel(const float *gate, const float *up, int64_t n, int act, float *out,
                            int8_t *xq, float *xd)
 {
+    after_prior();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const float x = gate[i];
@@ -1140,11 +1323,12 @@ __global__ void glu_kernel(const float *gate, const float *up, int64_t n, int ac
         y = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * up[i];
     }
     out[i] = y;
-    if (xq) round_x(y, i, xq, xd);
+    if (xq) round_x(y, i, n, xq, xd);
 }
 
 __global__ void to_half_kernel(const float *x, int64_t n, void *dst, int bf16)
 {
+    after_prior();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     if (bf16) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(x[i]);
@@ -1153,24 +1337,28 @@ __global__ void to_half_kernel(const float *x, int64_t n, void *dst, int bf16)
 
 __global__ void add_bias_kernel(float *out, const float *bias, int64_t n, int64_t n_out)
 {
+    after_prior();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] += bias[i % n_out];
 }
 
 __global__ void add_kernel(float *x, const float *y, int64_t n)
 {
+    after_prior();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] += y[i];
 }
 
 __global__ void scale_kernel(float *x, float f, int64_t n)
 {
+    after_prior();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] *= f;
 }
 
 __global__ void softcap_kernel(float *x, float cap, int64_t n)
 {
+    after_prior();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = cap * tanhf(x[i] * (1.0f / cap));
 }
@@ -1214,21 +1402,31 @@ void by_rows(int n, F f)
 }
 
 template <int DT> struct GemvLaunch {
-    static void run(const hx_cuda_wmat *w, const float *x, const int8_t *xq, const float *xd,
-                    int64_t n_rows, const float *bias, float *out, hx_cuda_stream s)
+    static void run(const hx_cuda_gemv_job *jobs, int n_jobs, const float *x, const int8_t *xq,
+                    const float *xd, int64_t n_rows, hx_cuda_stream s)
     {
-        const unsigned g = blocks_for(w->n_out, GEMV_ROWS), t = 32 * GEMV_WARPS;
+        gemv_set set = {};
+        unsigned g = 0;
+        bool narrow = false; // MLX groups under 32 values: wide units would straddle them
+        for (int k = 0; k < n_jobs; k++) {
+            set.job[k] = jobs[k];
+            set.start[k] = g;
+            g += blocks_for(jobs[k].w.n_out, GEMV_ROWS);
+            narrow = narrow || (DT == HX_DT_MLX4 && jobs[k].w.group_size % 32 != 0);
+        }
+        set.n = n_jobs;
+        const unsigned t = 32 * GEMV_WARPS;
         const int n = (int)n_rows;
         by_rows(n, [&](auto rows) {
             constexpr int R = decltype(rows)::value;
             if constexpr (DT == HX_DT_F32 || DT == HX_DT_F16 || DT == HX_DT_BF16)
-                gemv_kernel<DT, R><<<g, t, 0, s>>>(*w, x, n, bias, out);
+                launch(gemv_kernel<DT, R>, g, t, 0, s, set, x, n);
             else if constexpr (!gemv_wide<DT>())
-                gemv_i8_kernel<DT, R><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
-            else if (DT != HX_DT_MLX4 || w->group_size % 32 == 0)
-                gemv_wide_kernel<DT, R><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
-            else if constexpr (DT == HX_DT_MLX4) // groups under 32 values: units would straddle
-                gemv_i8_kernel<DT, R><<<g, t, 0, s>>>(*w, xq, xd, n, bias, out);
+                launch(gemv_i8_kernel<DT, R>, g, t, 0, s, set, xq, xd, n);
+            else if (!narrow)
+                launch(gemv_wide_kernel<DT, R>, g, t, 0, s, set, xq, xd, n);
+            else if constexpr (DT == HX_DT_MLX4)
+                launch(gemv_i8_kernel<DT, R>, g, t, 0, s, set, xq, xd, n);
         });
     }
 };
@@ -1238,7 +1436,7 @@ template <int DT> struct DequantLaunch {
                     hx_cuda_stream s)
     {
         const int64_t n = (o1 - o0) * (w->n_in / 32);
-        dequant_kernel<DT><<<blocks_for(n), THREADS, 0, s>>>(*w, o0, n, dst, bf16);
+        launch(dequant_kernel<DT>, blocks_for(n), THREADS, 0, s, *w, o0, n, dst, bf16);
     }
 };
 
@@ -1247,7 +1445,7 @@ template <int DT> struct EmbedLaunch {
                     hx_cuda_stream s)
     {
         const int64_t n = n_tok * (w->n_in / 32);
-        embed_kernel<DT><<<blocks_for(n), THREADS, 0, s>>>(*w, ids, n, out);
+        launch(embed_kernel<DT>, blocks_for(n), THREADS, 0, s, *w, ids, n, out);
     }
 };
 
@@ -1267,13 +1465,13 @@ int hx_cuda_gemv_int8(int32_t dtype)
 
 void hx_cuda_quantize_x(const float *x, int64_t n, int8_t *q, float *d, hx_cuda_stream s)
 {
-    quantize_x_kernel<<<blocks_for(n), THREADS, 0, s>>>(x, n, q, d);
+    launch(quantize_x_kernel, blocks_for(n), THREADS, 0, s, x, n, q, d);
 }
 
-void hx_cuda_gemv(const hx_cuda_wmat *w, const float *x, const int8_t *xq, const float *xd,
-                  int64_t n_rows, const float *bias, float *out, hx_cuda_stream s)
+void hx_cuda_gemv(const hx_cuda_gemv_job *jobs, int n_jobs, const float *x, const int8_t *xq,
+                  const float *xd, int64_t n_rows, hx_cuda_stream s)
 {
-    by_dtype<GemvLaunch>(w->dtype, w, x, xq, xd, n_rows, bias, out, s);
+    by_dtype<GemvLaunch>(jobs[0].w.dtype, jobs, n_jobs, x, xq, xd, n_rows, s);
 }
 
 void hx_cuda_dequant_rows(const hx_cuda_wmat *w, int64_t o0, int64_t o1, void *dst, int bf16,
@@ -1290,29 +1488,37 @@ void hx_cuda_embed(const hx_cuda_wmat *w, const int32_t *ids, int64_t n_tok, flo
 
 void hx_cuda_to_half(const float *x, int64_t n, void *dst, int bf16, hx_cuda_stream s)
 {
-    to_half_kernel<<<blocks_for(n), THREADS, 0, s>>>(x, n, dst, bf16);
+    launch(to_half_kernel, blocks_for(n), THREADS, 0, s, x, n, dst, bf16);
 }
 
 void hx_cuda_add_bias(float *out, const float *bias, int64_t n_rows, int64_t n_out,
                       hx_cuda_stream s)
 {
-    add_bias_kernel<<<blocks_for(n_rows * n_out), THREADS, 0, s>>>(out, bias, n_rows * n_out,
-                                                                   n_out);
+    launch(add_bias_kernel, blocks_for(n_rows * n_out), THREADS, 0, s, out, bias,
+           n_rows * n_out, n_out);
 }
 
 void hx_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t d, float eps,
                      float *out, int8_t *xq, float *xd, hx_cuda_stream s)
 {
-    rmsnorm_kernel<<<(unsigned)n_rows, THREADS, 0, s>>>(x, w, d, eps, out, xq, xd);
+    // A row per block, a thread per ~4 values: its loop carries a warp reduction per trip
+    // (the rounding), so trips are latency, and a decode step's few rows are a few blocks.
+    const int64_t t = ((d / 4 + 31) / 32) * 32;
+    const unsigned threads = (unsigned)(t < 32 ? 32 : t > 1024 ? 1024 : t);
+    launch(rmsnorm_kernel, (unsigned)n_rows, threads, 0, s, x, w, d, eps, out, xq, xd);
 }
 
-void hx_cuda_rope(float *x, const int32_t *pos, int64_t n_tok, int32_t n_head, int32_t d_head,
-                  const float *inv_freq, int32_t n_rot, float mscale, int pairs,
-                  hx_cuda_stream s)
+void hx_cuda_rope(float *x, int32_t n_head, float *x2, int32_t n_head2, const int32_t *pos,
+                  int64_t n_tok, int32_t d_head, const float *inv_freq, int32_t n_rot,
+                  float mscale, int pairs, const hx_cuda_kv *kv, int32_t layer,
+                  const int32_t *blocks, const float *v, hx_cuda_stream s)
 {
-    const int64_t n = n_tok * n_head * (n_rot / 2);
-    rope_kernel<<<blocks_for(n), THREADS, 0, s>>>(x, pos, n, n_head, d_head, inv_freq, n_rot / 2,
-                                                  mscale, pairs);
+    const int64_t n = n_tok * n_head * (n_rot / 2), n2 = x2 ? n_tok * n_head2 * (n_rot / 2) : 0;
+    const int64_t n3 = kv ? n_tok * n_head2 * d_head : 0;
+    const hx_cuda_kv none = {};
+    launch(rope_kernel, blocks_for(n + n2 + n3), THREADS, 0, s, x, n_head, x2, n_head2, pos, n,
+           n2, d_head, inv_freq, n_rot / 2, mscale, pairs, kv ? *kv : none, layer, blocks, v,
+           n3);
 }
 
 void hx_cuda_kv_write(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,
@@ -1320,23 +1526,26 @@ void hx_cuda_kv_write(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks
                       hx_cuda_stream s)
 {
     const int64_t n = n_tok * kv->n_kv_head * kv->d_head;
-    kv_write_kernel<<<blocks_for(n), THREADS, 0, s>>>(*kv, layer, blocks, pos, k, v, n);
+    launch(kv_write_kernel, blocks_for(n), THREADS, 0, s, *kv, layer, blocks, pos, k, v, n);
 }
 
-static bool decode_split(int64_t n_tok, int32_t d_head)
+static bool decode_split(int64_t n_tok, int32_t n_head, int32_t d_head)
 {
-    return n_tok <= HX_CUDA_GEMV_ROWS && d_head % 8 == 0 && d_head <= ATT_MAX_D;
+    return n_tok <= HX_CUDA_GEMV_ROWS && n_tok * n_head <= DEC_COUNTERS && d_head % 8 == 0 &&
+           d_head <= ATT_MAX_D;
 }
 
 int64_t hx_cuda_attention_scratch(int64_t n_tok, int32_t n_head, int32_t d_head)
 {
-    return decode_split(n_tok, d_head) ? n_tok * n_head * DEC_SPLITS * (int64_t)(d_head + 2) : 0;
+    return decode_split(n_tok, n_head, d_head)
+               ? DEC_COUNTERS + n_tok * n_head * DEC_SPLITS * (int64_t)(d_head + 2)
+               : 0;
 }
 
 void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,
                        const float *q, const int32_t *pos, int64_t n_tok, int32_t n_head,
                        float scale, int32_t window, float softcap, float *scratch, float *out,
-                       hx_cuda_stream s)
+                       int8_t *xq, float *xd, hx_cuda_stream s)
 {
     if (n_tok >= HX_CUDA_FLASH_ROWS && kv->d_head == 64) {
         flash_prefill<64>(kv, layer, blocks, q, pos, n_tok, n_head, scale, window, softcap, out, s);
@@ -1347,43 +1556,42 @@ void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *block
                            s);
         return;
     }
-    if (decode_split(n_tok, kv->d_head)) {
+    if (decode_split(n_tok, n_head, kv->d_head)) {
         const dim3 grid((unsigned)(n_tok * n_head), DEC_SPLITS);
-        decode_split_kernel<<<grid, 32 * ATT_WARPS, 0, s>>>(*kv, layer, blocks, q, pos, n_head,
-                                                            scale, window, softcap, scratch);
-        decode_combine_kernel<<<(unsigned)(n_tok * n_head), 128, 0, s>>>(scratch, kv->d_head,
-                                                                         out);
+        launch(decode_split_kernel, grid, 32 * ATT_WARPS, 0, s, *kv, layer, blocks, q, pos,
+               n_head, scale, window, softcap, scratch + DEC_COUNTERS, (unsigned *)scratch,
+               out, xq, xd);
         return;
     }
-    attention_kernel<<<(unsigned)(n_tok * n_head), 32 * ATT_WARPS, 0, s>>>(
-        *kv, layer, blocks, q, pos, n_head, scale, window, softcap, out);
+    launch(attention_kernel, (unsigned)(n_tok * n_head), 32 * ATT_WARPS, 0, s, *kv, layer,
+           blocks, q, pos, n_head, scale, window, softcap, out);
 }
 
 void hx_cuda_gather_rows(const float *src, const int32_t *rows, int64_t n, int64_t d,
                          float *dst, hx_cuda_stream s)
 {
-    gather_kernel<<<blocks_for(n * d), THREADS, 0, s>>>(src, rows, n * d, d, dst);
+    launch(gather_kernel, blocks_for(n * d), THREADS, 0, s, src, rows, n * d, d, dst);
 }
 
 void hx_cuda_glu(const float *gate, const float *up, int64_t n, int act, float *out,
                  int8_t *xq, float *xd, hx_cuda_stream s)
 {
-    glu_kernel<<<blocks_for(n), THREADS, 0, s>>>(gate, up, n, act, out, xq, xd);
+    launch(glu_kernel, blocks_for(n), THREADS, 0, s, gate, up, n, act, out, xq, xd);
 }
 
 void hx_cuda_add(float *x, const float *y, int64_t n, hx_cuda_stream s)
 {
-    add_kernel<<<blocks_for(n), THREADS, 0, s>>>(x, y, n);
+    launch(add_kernel, blocks_for(n), THREADS, 0, s, x, y, n);
 }
 
 void hx_cuda_scale(float *x, float f, int64_t n, hx_cuda_stream s)
 {
-    scale_kernel<<<blocks_for(n), THREADS, 0, s>>>(x, f, n);
+    launch(scale_kernel, blocks_for(n), THREADS, 0, s, x, f, n);
 }
 
 void hx_cuda_softcap(float *x, float cap, int64_t n, hx_cuda_stream s)
 {
-    softcap_kernel<<<blocks_for(n), THREADS, 0, s>>>(x, cap, n);
+    launch(softcap_kernel, blocks_for(n), THREADS, 0, s, x, cap, n);
 }
 
 } // extern "C"

@@ -35,16 +35,28 @@ typedef struct {
 /* True when the device code reads this format (every hx_dtype with n_in % 32 == 0). */
 int hx_cuda_format_ok(int32_t dtype, int64_t n_in);
 
-/* out[r][o] = w[o] . x[r] (+ bias[o]) for n_rows <= HX_CUDA_GEMV_ROWS: one pass over w.
- * Float formats read x; block formats (hx_cuda_gemv_int8) read it rounded to int8 instead,
- * xq and xd from hx_cuda_quantize_x of those rows (relative error ~4e-3 against f32 x, as
- * llama.cpp's int8 dot products). */
+/* One GEMV of a launch: out[r][o] = w[o] . x[r] (+ bias[o]), and when acc is not NULL also
+ * acc[r][o] += out[r][o] (a residual add). */
+typedef struct {
+    hx_cuda_wmat w;
+    const float *bias;
+    float       *out, *acc;
+} hx_cuda_gemv_job;
+#define HX_CUDA_GEMV_SET 3
+
+/* n_jobs <= HX_CUDA_GEMV_SET GEMVs of the same n_rows <= HX_CUDA_GEMV_ROWS rows of x, weights
+ * of one dtype and n_in, in one launch (q, k and v; gate and up): one pass over each w.
+ * Float formats read x; block formats (hx_cuda_gemv_int8) read it rounded to 16-bit integers
+ * instead, xq and xd from hx_cuda_quantize_x of those rows (relative error ~2e-5 against f32 x:
+ * the integer dot products of llama.cpp, whose 8-bit activations err by ~4e-3, done twice). */
 #define HX_CUDA_GEMV_ROWS 8
 int hx_cuda_gemv_int8(int32_t dtype);
-void hx_cuda_gemv(const hx_cuda_wmat *w, const float *x, const int8_t *xq, const float *xd,
-                  int64_t n_rows, const float *bias, float *out, hx_cuda_stream s);
-/* x [n] (n a multiple of 32) rounded per 32 values: xd[b] = max |x| / 127 of block b,
- * xq[i] = round(x[i] / xd[i / 32]) (ties to even; 0 for a block of zeros). */
+void hx_cuda_gemv(const hx_cuda_gemv_job *jobs, int n_jobs, const float *x, const int8_t *xq,
+                  const float *xd, int64_t n_rows, hx_cuda_stream s);
+/* x [n] (n a multiple of 32) rounded per 32 values to 16-bit integers kept as two bytes: xq
+ * [2 n] (the high bytes, then the low ones), xd [n / 32] (their scale). Per 32 values: d = max
+ * |x| / 127, hi = round(x / d); r = x - hi d (one rounding); lo = round(256 r / d) clamped to
+ * +-127 (ties to even; hi = lo = 0 where d = 0); xd = d / 256. x ~ xd (256 hi + lo). */
 void hx_cuda_quantize_x(const float *x, int64_t n, int8_t *xq, float *xd, hx_cuda_stream s);
 /* Rows [o0, o1) of w as f16 (or bf16 when bf16 != 0), row-major [o1 - o0, n_in]. */
 void hx_cuda_dequant_rows(const hx_cuda_wmat *w, int64_t o0, int64_t o1, void *dst, int bf16,
@@ -63,15 +75,19 @@ void hx_cuda_embed(const hx_cuda_wmat *w, const int32_t *ids, int64_t n_tok, flo
 void hx_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t d, float eps,
                      float *out, int8_t *xq, float *xd, hx_cuda_stream s);
 /* inv_freq [n_rot / 2]; pairs as in hx_rope. */
-void hx_cuda_rope(float *x, const int32_t *pos, int64_t n_tok, int32_t n_head, int32_t d_head,
-                  const float *inv_freq, int32_t n_rot, float mscale, int pairs,
-                  hx_cuda_stream s);
-
 /* The KV store of backend.h in f16, and one sequence's block table on the device. */
 typedef struct {
     uint16_t *k, *v;
     int32_t   n_layer, n_kv_head, d_head, block_tokens;
 } hx_cuda_kv;
+
+/* x [n_tok, n_head, d_head] and, when x2 is not NULL, x2 [n_tok, n_head2, d_head] (q and k)
+ * rotated in one launch. With kv (NULL: not) x2 is K, and the launch also does
+ * hx_cuda_kv_write of it (rotated) and of v [n_tok, n_head2 * d_head] into that layer. */
+void hx_cuda_rope(float *x, int32_t n_head, float *x2, int32_t n_head2, const int32_t *pos,
+                  int64_t n_tok, int32_t d_head, const float *inv_freq, int32_t n_rot,
+                  float mscale, int pairs, const hx_cuda_kv *kv, int32_t layer,
+                  const int32_t *blocks, const float *v, hx_cuda_stream s);
 
 void hx_cuda_kv_write(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,
                       const int32_t *pos, const float *k, const float *v, int64_t n_tok,
@@ -84,9 +100,12 @@ void hx_cuda_kv_write(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks
 void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,
                        const float *q, const int32_t *pos, int64_t n_tok, int32_t n_head,
                        float scale, int32_t window, float softcap, float *scratch, float *out,
-                       hx_cuda_stream s);
-/* Floats of device scratch hx_cuda_attention needs for these rows (decode, up to
- * HX_CUDA_GEMV_ROWS rows, splits the context: partial states); 0 when none. */
+                       int8_t *xq, float *xd, hx_cuda_stream s);
+/* With xq (NULL: not), decode rows (when hx_cuda_attention_scratch > 0) with d_head a multiple of
+ * 32 also write their output rounded as hx_cuda_quantize_x would, like rmsnorm below.
+ * Floats of device scratch hx_cuda_attention needs for these rows (decode, up to
+ * HX_CUDA_GEMV_ROWS rows, splits the context: partial states and counters); 0 when none. The
+ * scratch must be zeroed once when allocated: the launches leave their counters at zero. */
 int64_t hx_cuda_attention_scratch(int64_t n_tok, int32_t n_head, int32_t d_head);
 
 void hx_cuda_gather_rows(const float *src, const int32_t *rows, int64_t n, int64_t d,
