@@ -19,7 +19,8 @@ usage: gpu_bench.py [--build build] [--dir /tmp/hx-shapes] [--models SPEC,...] [
    (the timing line engine_bench.py parses; each figure the median of --runs processes):
    - decode tok/s at batch 1: a short prompt, --gen tokens;
    - prefill tok/s: a prompt of --prompt-tokens tokens (the text sized with `hearth tokenize`),
-     one token generated;
+     one token generated: in a fresh `hearth run` process (cold: every kernel's first use and
+     scratch growth in the figure) and, with serving on, in a warm server (warm_prefill);
    - bytes per token: every matmul weight, from `hearth inspect --json --tensors` (every 2-D
      tensor, less token_embd when the output projection is its own tensor, and the active
      experts' share of 3-D expert tensors, as engine_bench.py counts; MLX scales and biases
@@ -326,12 +327,38 @@ def streams(url, n, gen, bias, tag):
     return tokens / (last - first), statistics.median(ttft), p99, sum(o[3] for o in out)
 
 
-def serve_figures(hearth, model, dev, counts, gen, ctx):
-    """Aggregate decode and TTFT at each count of concurrent streams, one server for all."""
+def warm_prefill(url, text, runs):
+    """Prefill tok/s of a warm server: the prompt answered with one token, each time behind its
+    own first word (so the prefix cache holds none of it), timed by the server itself (/stats
+    last_request). The first run is left out: it is the first at this length (kernels loaded
+    on first use, scratch grown, cuBLAS choosing its algorithms), a cost `hearth run` pays on
+    every prompt and a server once."""
+    tps = []
+    for i in range(runs + 1):
+        body = json.dumps({"model": "m", "prompt": f"Run {i}: {text}", "max_tokens": 1,
+                           "temperature": 0}).encode()
+        req = urllib.request.Request(url + "/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=TIMEOUT).read()
+        with urllib.request.urlopen(url + "/stats", timeout=TIMEOUT) as r:
+            last = json.load(r)["last_request"]
+        n = last["prompt_tokens"] - last["cached_tokens"]
+        if i > 0 and last["prompt_ms"] > 0:
+            tps.append(n / last["prompt_ms"] * 1e3)
+    return statistics.median(tps), n
+
+
+def serve_figures(hearth, model, dev, counts, gen, ctx, prompt_text=None, runs=1):
+    """Aggregate decode and TTFT at each count of concurrent streams, one server for all; with
+    prompt_text, first the warm prefill of that prompt (warm_prefill)."""
     res = {}
     with tempfile.TemporaryFile("w+") as logf:
         p, url = start_server(hearth, model, dev, max(counts), ctx, logf)
         try:
+            if prompt_text:
+                tps, n = warm_prefill(url, prompt_text, runs)
+                res["warm_prefill"] = {"prefill_tps": tps, "prompt_tokens": n}
+                log(f"    prefill in a warm server: {tps:.1f} tok/s on {n} tokens")
             bias = eos_bias(model)
             streams(url, max(counts), 4, bias, "warm")  # first-use costs out of the figures
             for n in counts:
@@ -384,7 +411,11 @@ def bench_model(a, hearth, dev, spec, roof):
             f"{r['prefill_ceiling_tps']:.0f} tok/s ({mp / 1e9:.2f}B matmul parameters), "
             f"prefill at {r['prefill_of_ceiling']:.0%}")
     if not a.no_serve:
-        r["serve"] = serve_figures(hearth, path, dev, a.counts, a.stream_gen, a.serve_ctx)
+        r["serve"] = serve_figures(hearth, path, dev, a.counts, a.stream_gen,
+                                   max(a.serve_ctx, ctx), text, a.runs)
+        w = r["serve"]["warm_prefill"]
+        if r.get("prefill_ceiling_tps"):
+            w["of_ceiling"] = w["prefill_tps"] / r["prefill_ceiling_tps"]
     return r
 
 
@@ -400,11 +431,12 @@ def table(results, roof, counts):
         log(f"GPU {roof['gpu']}: HBM read {roof['hbm_read_gbs']:.0f} GB/s, bf16 GEMM "
             f"{roof['bf16_tflops']:.0f} TFLOP/s, f16 {roof['f16_tflops']:.0f} TFLOP/s")
     h = (f"{'model':<22}{'decode':>9}{'MiB/tok':>9}{'roofline':>10}{'%roof':>7}{'prefill':>10}"
-         f"{'ceiling':>11}{'%ceil':>7}")
+         f"{'ceiling':>11}{'%ceil':>7}{'warm':>9}{'%ceil':>7}")
     for n in counts:
         h += f"{f'{n} streams':>13}{'TTFT':>8}"
     log(h)
-    log(f"{'':<22}{'tok/s':>9}{'':>9}{'tok/s':>10}{'':>7}{'tok/s':>10}{'tok/s':>11}{'':>7}" +
+    log(f"{'':<22}{'tok/s':>9}{'':>9}{'tok/s':>10}{'':>7}{'tok/s':>10}{'tok/s':>11}{'':>7}"
+        f"{'tok/s':>9}{'':>7}" +
         "".join(f"{'tok/s':>13}{'ms':>8}" for _ in counts))
     for r in results:
         if "error" in r:
@@ -419,6 +451,10 @@ def table(results, roof, counts):
                 f"{f'{roof_tps:.1f}' if roof_tps else 'n/a':>10}{pct(dr) + dmark:>7}"
                 f"{r['prefill_tps']:10.0f}{f'{ceil_tps:.0f}' if ceil_tps else 'n/a':>11}"
                 f"{pct(pc) + pmark:>7}")
+        w = r.get("serve", {}).get("warm_prefill")
+        wc = w.get("of_ceiling") if w else None
+        wmark = "" if wc is None else (" " if wc >= PREFILL_TARGET else "!")
+        line += (f"{w['prefill_tps']:9.0f}{pct(wc) + wmark:>7}" if w else f"{'-':>9}{'-':>7}")
         for n in counts:
             s = r.get("serve", {}).get(str(n))
             line += f"{s['aggregate_tps']:13.1f}{s['ttft_p50_ms']:8.0f}" if s else \
