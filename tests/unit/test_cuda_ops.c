@@ -752,6 +752,7 @@ static int skip_no_cuda(void)
 #define test_matmul_formats  skip_no_cuda
 #define test_matmul_chunks   skip_no_cuda
 #define test_gemv_input_reuse skip_no_cuda
+#define test_joined_launches skip_no_cuda
 #define test_embed_formats   skip_no_cuda
 #define test_row_ops         skip_no_cuda
 #define test_attention       skip_no_cuda
