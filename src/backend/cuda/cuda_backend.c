@@ -93,7 +93,7 @@ struct cuda_impl {
     int64_t        half_w_elems;
     void          *half_x;            /* a matmul's input rows in f16 */
     int64_t        half_x_elems;
-    void          *xq;                /* a GEMV's input rows in int8 and their scales */
+    void          *xq;                /* a GEMV's input rows as 16-bit integers, their scales */
     int64_t        xq_elems;          /* (2-byte units, as ensure_half counts) */
     const float   *xq_of;             /* the rows xq holds, while no op since changed them */
     int64_t        xq_n;

@@ -473,9 +473,8 @@ __device__ __forceinline__ int x_dot(int a0, int a1, const int (&x0)[2], const i
 // (hx_cuda_quantize_x): the same blocks, threads and slices as gemv_kernel, but each 8-element
 // slice is four dp4a (four byte products each) against the weight's integer codes, and the
 // float work is one multiply-add per slice: sum_e (d q_e + m) x_e = dx (d sum q_e xq_e + m sum
-// xq_e). A
-// dequantize-then-FMA slice costs about six instructions per weight, which at ~1 ms of
-// weights per token made the GEMV issue bound; this costs about two.
+// xq_e). A dequantize-then-FMA slice costs about six instructions per weight, which at ~1 ms
+// of weights per token made the GEMV issue bound; this costs about three.
 template <int DT, int R>
 __global__ void __launch_bounds__(32 * GEMV_WARPS)
     gemv_i8_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,
