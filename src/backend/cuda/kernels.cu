@@ -29,12 +29,12 @@ namespace {
 // ---- launches ----
 //
 // Programmatic dependent launch (sm_90 on): a decode step is some 300 small kernels in a row,
-// and the gap between one's end and the next's start (its launch) cost about as much as the
-// small kernels themselves. Every kernel is launched allowed to start before the one ahead of
-// it on the stream has ended; its first act is to wait for that one (griddepcontrol.wait: the
-// prior grid complete, its memory visible), then to let the next one launch. Before sm_90
-// neither instruction is compiled in and the attribute is not set: plain stream order. The
-// environment variable HEARTH_CUDA_PDL=0 turns it off (to measure what it gives).
+// each waiting for the one before. Every kernel is launched allowed to start before the one
+// ahead of it on the stream has ended; its first act is to wait for that one
+// (griddepcontrol.wait: the prior grid complete, its memory visible), then to let the next one
+// launch, so a launch overlaps the kernel before it. Measured: +2% on an 8B decode step (the
+// graph replay had already made launches cheap). Before sm_90 neither instruction is compiled
+// in and the attribute is not set: plain stream order. HEARTH_CUDA_PDL=0 turns it off.
 __device__ __forceinline__ void after_prior()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
