@@ -956,12 +956,22 @@ static bool overlap(const float *a, int64_t na, const float *b, int64_t nb)
     return a < b + nb && b < a + na;
 }
 
-/* The GEMV record just before in the log, if that is the last op; else NULL. */
+/* The argument record of the log's last op when that op is fn's, for an op about to join its
+ * launch; else NULL. The caller then either joins (the launch writes more) or records an op of
+ * its own, so as record() does, xq stops counting as a copy of any rows (cuda_matmul re-sets it
+ * after a GEMV). */
+static void *join_last(cuda_impl *c, op_fn fn)
+{
+    if (c->n_ops == 0 || c->ops[c->n_ops - 1].fn != fn) return NULL;
+    c->xq_of = NULL;
+    return c->op_args + c->ops[c->n_ops - 1].off;
+}
+
+/* The GEMV just before in the log, when it is the last op (join_last). */
 static mat_args *last_gemv(cuda_impl *c)
 {
-    if (c->n_ops == 0 || c->ops[c->n_ops - 1].fn != run_matmul) return NULL;
-    mat_args *p = (mat_args *)(void *)(c->op_args + c->ops[c->n_ops - 1].off);
-    return p->n <= HX_CUDA_GEMV_ROWS ? p : NULL;
+    mat_args *p = join_last(c, run_matmul);
+    return p && p->n <= HX_CUDA_GEMV_ROWS ? p : NULL;
 }
 
 /* Joins a GEMV to the launch of the op just before when that is a GEMV of the same rows of x,
@@ -1009,8 +1019,6 @@ static void cuda_matmul(hx_backend *be, const hx_tensor *w, const hx_tensor *bia
     }
 }
 
-
-
 static void run_rmsnorm(cuda_impl *c, const void *p)
 {
     const row_args *a = p;
@@ -1055,16 +1063,13 @@ static void cuda_rope(hx_backend *be, float *x, const int32_t *pos, int64_t n_to
     a.f = rope->mscale;
     a.i3 = rope->pairs;
     /* Right after the rope of q with the same positions and rotation: k joins its launch. */
-    if (c->n_ops > 0 && c->ops[c->n_ops - 1].fn == run_rope) {
-        row_args *p = (row_args *)(void *)(c->op_args + c->ops[c->n_ops - 1].off);
-        if (!p->out2 && p->idx == a.idx && p->n == a.n && p->i1 == a.i1 && p->w == a.w &&
-            p->i2 == a.i2 && p->f == a.f && p->i3 == a.i3 &&
-            !overlap(x, n_tok * n_head * d_head, p->out, p->n * p->i0 * p->i1)) {
-            p->out2 = x;
-            p->i4 = n_head;
-            c->xq_of = NULL; /* as record() does: the launch now writes more */
-            return;
-        }
+    row_args *p = join_last(c, run_rope);
+    if (p && !p->out2 && p->idx == a.idx && p->n == a.n && p->i1 == a.i1 && p->w == a.w &&
+        p->i2 == a.i2 && p->f == a.f && p->i3 == a.i3 &&
+        !overlap(x, n_tok * n_head * d_head, p->out, p->n * p->i0 * p->i1)) {
+        p->out2 = x;
+        p->i4 = n_head;
+        return;
     }
     record(c, "rope", run_rope, &a, sizeof a);
 }
@@ -1078,19 +1083,16 @@ static void cuda_kv_write(hx_backend *be, hx_kv_store *kv, int32_t layer, const 
     a.k = k;
     a.v = v;
     /* Right after the rope that rotated these rows of K (joined to q's): it stores them. */
-    if (c->n_ops > 0 && c->ops[c->n_ops - 1].fn == run_rope) {
-        row_args *p = (row_args *)(void *)(c->op_args + c->ops[c->n_ops - 1].off);
-        const int64_t kvd = n_tok * kv->kv_dim;
-        if (p->out2 == k && !p->kv.k && p->idx == a.pos && p->n == n_tok &&
-            p->i4 == kv->n_kv_head && p->i1 == kv->d_head && !overlap(v, kvd, k, kvd) &&
-            !overlap(v, kvd, p->out, n_tok * p->i0 * p->i1)) {
-            p->kv = a.kv;
-            p->layer = layer;
-            p->blocks = a.blocks;
-            p->v2 = v;
-            c->xq_of = NULL; /* as record() does: the launch now writes more */
-            return;
-        }
+    row_args *p = join_last(c, run_rope);
+    const int64_t kvd = n_tok * kv->kv_dim;
+    if (p && p->out2 == k && !p->kv.k && p->idx == a.pos && p->n == n_tok &&
+        p->i4 == kv->n_kv_head && p->i1 == kv->d_head && !overlap(v, kvd, k, kvd) &&
+        !overlap(v, kvd, p->out, n_tok * p->i0 * p->i1)) {
+        p->kv = a.kv;
+        p->layer = layer;
+        p->blocks = a.blocks;
+        p->v2 = v;
+        return;
     }
     record(c, "kv_write", run_kv_write, &a, sizeof a);
 }
@@ -1181,7 +1183,6 @@ static void cuda_add(hx_backend *be, float *x, const float *y, int64_t n)
             apart = apart && !overlap(x, n, p->job[k].out, p->n * p->job[k].w.n_out);
         if (apart) {
             j->acc = x;
-            c->xq_of = NULL; /* as record() does: the launch now writes more */
             return;
         }
     }
