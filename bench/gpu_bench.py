@@ -335,10 +335,7 @@ def warm_prefill(url, text, runs):
     every prompt and a server once."""
     tps = []
     for i in range(runs + 1):
-        body = json.dumps({"model": "m", "prompt": f"Run {i}: {text}", "max_tokens": 1,
-                           "temperature": 0}).encode()
-        req = urllib.request.Request(url + "/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+        req = server_bench.completion_request(url, f"Run {i}: {text}", 1, None, stream=False)
         urllib.request.urlopen(req, timeout=TIMEOUT).read()
         with urllib.request.urlopen(url + "/stats", timeout=TIMEOUT) as r:
             last = json.load(r)["last_request"]

@@ -99,11 +99,15 @@ def stop(p):
         p.wait()
 
 
-def completion_request(url, prompt, gen, bias):
-    """A greedy streamed /v1/completions request of gen tokens, usage included."""
-    body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": gen, "temperature": 0,
-                       "stream": True, "logit_bias": bias,
-                       "stream_options": {"include_usage": True}}).encode()
+def completion_request(url, prompt, gen, bias, stream=True):
+    """A greedy /v1/completions request of gen tokens: streamed with usage included, or whole;
+    bias (logit_bias) may be None."""
+    req = {"model": "m", "prompt": prompt, "max_tokens": gen, "temperature": 0, "stream": stream}
+    if bias is not None:
+        req["logit_bias"] = bias
+    if stream:
+        req["stream_options"] = {"include_usage": True}
+    body = json.dumps(req).encode()
     return urllib.request.Request(url + "/v1/completions", data=body,
                                   headers={"Content-Type": "application/json"})
 
