@@ -222,19 +222,21 @@ static int32_t draw(hx_sampler *s, int32_t n_all, float mx)
 {
     const hx_sampling *p = &s->p;
     cand *c = s->cands;
-    /* Weights relative to the best logit; `total` is the mass of all the candidates. */
+    /* Truncation: the top_k best (sorted); then top-p over the softmax of what top-k kept, as
+     * llama.cpp, vLLM and transformers define it (`total`: that mass, relative to the best
+     * logit). Without top-k, top-p needs the whole vocabulary's mass and the order of the best:
+     * the best 256 (sorted) when they hold enough, else all sorted; with neither, all unsorted
+     * (nothing needs the order). */
+    int32_t n = p->top_k > 0 ? select_top(c, n_all, p->top_k) : n_all;
     double total = 0.0;
-    for (int32_t i = 0; i < n_all; i++) total += exp((double)(c[i].v - mx) / p->temperature);
-    /* Truncation: the top_k best (sorted); for top-p the best 256 (sorted) when they hold enough
-     * mass, else all sorted; otherwise all, unsorted (nothing needs the order). */
-    int32_t n = n_all;
-    if (p->top_k > 0) {
-        n = select_top(c, n_all, p->top_k);
-    } else if (p->top_p < 1.0f) {
-        n = select_top(c, n_all, n_all < 256 ? n_all : 256);
-        double kept = 0.0;
-        for (int32_t i = 0; i < n; i++) kept += exp((double)(c[i].v - mx) / p->temperature);
-        if (kept < p->top_p * total) n = select_top(c, n_all, n_all);
+    if (p->top_p < 1.0f) {
+        for (int32_t i = 0; i < n; i++) total += exp((double)(c[i].v - mx) / p->temperature);
+        if (p->top_k == 0) {
+            n = select_top(c, n_all, n_all < 256 ? n_all : 256);
+            double kept = 0.0;
+            for (int32_t i = 0; i < n; i++) kept += exp((double)(c[i].v - mx) / p->temperature);
+            if (kept < p->top_p * total) n = select_top(c, n_all, n_all);
+        }
     }
     for (int32_t i = 0; i < n; i++) c[i].v = (float)exp((double)(c[i].v - mx) / p->temperature);
     int32_t keep = n;

@@ -81,6 +81,37 @@ static int test_top_k_and_top_p_truncate(void)
     return 0;
 }
 
+/* Top-p measures the mass of what top-k kept, renormalized (llama.cpp, vLLM, transformers):
+ * logits {3, 1, 1, 1}, top-k 2 keeps 3 and one 1, where the best holds e^3 / (e^3 + e) = 0.88
+ * >= 0.8, so top-p keeps it alone. Against the whole vocabulary it would hold 0.71 and the
+ * second would be drawn about one time in eight. */
+static int test_top_p_within_top_k(void)
+{
+    hx_sampling p = hx_sampling_default();
+    p.temperature = 1.0f, p.top_k = 2, p.top_p = 0.8f, p.min_p = 0.0f, p.seed = 11;
+    hx_sampler *s = NULL;
+    hx_err err = {0};
+    CHECK_EQ(hx_sampler_init(&p, 4, &s, &err), HX_OK);
+    int best = 0;
+    for (int i = 0; i < 400; i++) {
+        float l[4] = {1.0f, 3.0f, 1.0f, 1.0f};
+        best += hx_sampler_sample(s, l, NULL) == 1;
+    }
+    hx_sampler_free(s);
+    CHECK_EQ(best, 400);
+    /* top-p 0.9 needs the second: it is drawn with its share of the two, 0.12 */
+    p.top_p = 0.9f;
+    CHECK_EQ(hx_sampler_init(&p, 4, &s, &err), HX_OK);
+    best = 0;
+    for (int i = 0; i < 4000; i++) {
+        float l[4] = {1.0f, 3.0f, 1.0f, 1.0f};
+        best += hx_sampler_sample(s, l, NULL) == 1;
+    }
+    hx_sampler_free(s);
+    CHECK_NEAR(best / 4000.0, exp(3) / (exp(3) + exp(1)), 0.02);
+    return 0;
+}
+
 /* With plain temperature-1 sampling, draw frequencies follow the softmax. */
 static int test_draws_follow_the_distribution(void)
 {
@@ -418,6 +449,7 @@ static const check_case cases[] = {
     { "temperature_zero_is_argmax", test_temperature_zero_is_argmax },
     { "same_seed_same_tokens_other_seed_differs", test_same_seed_same_tokens_other_seed_differs },
     { "top_k_and_top_p_truncate", test_top_k_and_top_p_truncate },
+    { "top_p_within_top_k", test_top_p_within_top_k },
     { "draws_follow_the_distribution", test_draws_follow_the_distribution },
     { "penalties_and_bias", test_penalties_and_bias },
     { "logprobs_report_the_model_distribution", test_logprobs_report_the_model_distribution },
