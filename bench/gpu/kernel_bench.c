@@ -12,7 +12,11 @@
  * Shapes are Llama-3.1-8B's (d_model 4,096, FFN 14,336, 32 heads of 128, 8 KV heads, vocabulary
  * 128,256) unless --d/--ffn/--vocab say otherwise.
  *
+ * Prefill attention is timed for a chunk of --chunk rows (1,024: a prompt step) ending at each
+ * context length at least that long, in TFLOP/s of its causal multiply-adds.
+ *
  * usage: hx-gpu-kernels [--device I] [--formats q4_0,q4_k,...] [--rows 1,8] [--ctx 64,4096]
+ *                       [--chunk N]
  * A dev tool beside the library (STYLE rule 42): a failed CUDA call prints it and exits 1. */
 #include <cuda_runtime_api.h>
 #include <stdbool.h>
@@ -57,7 +61,7 @@ typedef struct {
     int32_t        n_head;
 } job;
 
-enum { GEMV, QUANT, ATTN, NORM, DEQUANT };
+enum { GEMV, QUANT, ATTN, NORM, DEQUANT, PREFILL };
 
 static void launch(const job *j, hx_cuda_stream s)
 {
@@ -70,6 +74,9 @@ static void launch(const job *j, hx_cuda_stream s)
     else if (j->kind == ATTN)
         hx_cuda_attention(&j->kv, 0, j->blocks, j->x, j->pos, 1, j->n_head, 0.088f, 0, 0.0f,
                           j->xd, j->out, NULL, NULL, s);
+    else if (j->kind == PREFILL)
+        hx_cuda_attention(&j->kv, 0, j->blocks, j->x, j->pos, j->rows, j->n_head, 0.088f, 0,
+                          0.0f, NULL, j->out, NULL, NULL, s);
     else hx_cuda_rmsnorm(j->x, j->x, j->rows, j->w.n_in, 1e-5f, j->out, NULL, NULL, s);
 }
 
@@ -139,7 +146,7 @@ int main(int argc, char **argv)
     const char *formats = "q4_0,q4_k,mlx4,q8_0,q6_k,f16";
     int64_t rows[8] = {1, 8}, ctx[8] = {64, 1024, 4096};
     int n_rows = 2, n_ctx = 3, dev = 0;
-    int64_t d = 4096, ffn = 14336, vocab = 128256;
+    int64_t d = 4096, ffn = 14336, vocab = 128256, chunk = 1024;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) goto usage;
@@ -150,6 +157,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--d")) d = atoll(v);
         else if (!strcmp(a, "--ffn")) ffn = atoll(v);
         else if (!strcmp(a, "--vocab")) vocab = atoll(v);
+        else if (!strcmp(a, "--chunk")) chunk = atoll(v);
         else goto usage;
         i++;
     }
@@ -217,6 +225,26 @@ int main(int argc, char **argv)
                  .n_head = n_head, .xd = scratch};
         printf("context %-22lld %10.2f\n", (long long)ctx[i], time_us(&j, s));
     }
+    /* Prefill attention: chunk rows at positions [ctx - chunk, ctx) of 32 heads of 128. */
+    float *qc = dev_bytes((size_t)(chunk * n_head * dh) * 4, 0x3c);
+    float *oc = dev_bytes((size_t)(chunk * n_head * dh) * 4, 0);
+    int32_t *h_pos = malloc((size_t)chunk * sizeof *h_pos), *d_cpos = dev_bytes((size_t)chunk * 4, 0);
+    printf("\n%-30s %10s %10s\n", "prefill attention (32 x 128)", "us/launch", "TFLOP/s");
+    for (int i = 0; i < n_ctx; i++) {
+        if (ctx[i] < chunk) continue;
+        double pairs = 0; /* (row, key) pairs the causal mask leaves */
+        for (int64_t r = 0; r < chunk; r++) {
+            h_pos[r] = (int32_t)(ctx[i] - chunk + r);
+            pairs += (double)h_pos[r] + 1;
+        }
+        CK(cudaMemcpy(d_cpos, h_pos, (size_t)chunk * 4, cudaMemcpyHostToDevice));
+        job j = {.kind = PREFILL, .kv = kv, .blocks = d_blocks, .pos = d_cpos, .x = qc,
+                 .out = oc, .n_head = n_head, .rows = chunk};
+        const double us = time_us(&j, s);
+        printf("%lld rows to context %-10lld %10.2f %10.1f\n", (long long)chunk,
+               (long long)ctx[i], us, 4.0 * pairs * n_head * dh / us / 1e6);
+    }
+    free(h_pos);
     for (int r = 0; r < n_rows; r++) {
         job j = {.kind = QUANT, .x = x, .xq = xq, .xd = xd, .rows = rows[r], .w = {.n_in = d}};
         printf("quantize_x %lld x %-13lld %10.2f\n", (long long)rows[r], (long long)d,
@@ -229,6 +257,6 @@ int main(int argc, char **argv)
     return 0;
 usage:
     fprintf(stderr, "usage: hx-gpu-kernels [--device I] [--formats q4_0,...] [--rows 1,8] "
-                    "[--ctx 64,4096] [--d N] [--ffn N] [--vocab N]\n");
+                    "[--ctx 64,4096] [--d N] [--ffn N] [--vocab N] [--chunk N]\n");
     return 2;
 }

@@ -14,7 +14,6 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -1131,21 +1130,106 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
 
 // ---- prefill attention on the tensor cores ----
 //
-// Many rows of one sequence (a prompt chunk): one block of FA_WARPS warps per (tile of FA_Q
-// rows, head). Q is rounded to f16 once; per tile of FA_K keys the block stages K and V from
-// the paged cache into shared memory, the warps compute S = Q K^T with 16x16x16 f16 MMAs (f32
-// accumulation), each warp runs the online softmax over its 16 rows in f32 (scale, soft cap,
-// causal and window masks per row's own position), rescales its rows of O (f32, in shared
-// memory) and adds P V, again on the tensor cores with P in f16. Napkin math: at 2,048 rows,
-// 32 heads and d_head 128 one layer is ~34 GFLOP of MMAs, ~0.1 ms at a tenth of the chip's
-// dense f16 rate, against ~5 ms for the one-warp-per-row kernel's scalar FMAs.
-constexpr int FA_Q = 64, FA_K = 64, FA_WARPS = 4;
+// Many rows of one sequence (a prompt chunk), flash-attention style: one block of FA_WARPS
+// warps per (tile of FA_Q rows, head), each warp owning 16 rows. Q is rounded to f16 straight
+// into the warp's MMA operand registers; per tile of FA_K keys the block copies K and V from
+// the paged cache into shared memory asynchronously (cp.async, two buffers: the next tile is in
+// flight while this one is computed). The scores S = Q K^T (m16n8k16 f16 MMAs, f32
+// accumulation) stay in registers, where each thread runs the online softmax of its two rows
+// (base-2 exponent, the scale folded in; the row's maximum over the four threads that share
+// it; its sum kept per thread and added up once at the end), rescales its part of O and turns
+// the probabilities, rounded to f16, into the A operand of O += P V with no trip through
+// shared memory (the accumulator's layout of two 8-key tiles is the operand's layout of one
+// 16-key step). K is read with ldmatrix, V with ldmatrix.trans. Rows of shared memory are
+// padded by 16 bytes so that the eight rows one ldmatrix phase reads fall in distinct banks.
+// Napkin math: a 1,024-row chunk at 2,048 keys with 32 heads of 128 is ~25 GFLOP a layer;
+// an H200 runs mma.sync f16 at several hundred TFLOP/s, so ~0.1 ms where the first version of
+// this kernel (wmma, S, P and O through shared memory, the softmax a row at a time) took 1.25.
+constexpr int FA_Q = 64, FA_K = 64, FA_WARPS = FA_Q / 16;
 
 template <int D>
-constexpr size_t fa_smem()
+constexpr int fa_row() // halves a staged row takes, padded
 {
-    return (size_t)(3 * FA_Q * D) * 2 + (size_t)FA_Q * FA_K * 4 + (size_t)FA_Q * FA_K * 2 +
-           (size_t)FA_Q * D * 4 + 3 * FA_Q * 4;
+    return D + 8;
+}
+
+template <int D>
+constexpr size_t fa_smem() // two buffers of a K tile and a V tile
+{
+    return (size_t)2 * 2 * FA_K * fa_row<D>() * 2;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// 16 bytes from global to shared memory, asynchronously; zeros when !valid.
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)),
+                 "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+// c += a b for one 16x8x16 tile (a: 16x16 row-major f16, b: 16x8 column-major f16, c: f32).
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi)
+{
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *(const uint32_t *)&h;
+}
+
+// Copies keys [kb, kb + FA_K) of K and V (kv head kvh) into ks/vs, rows of fa_row<D>() halves;
+// keys past key_hi become zeros (a zero V row times a zero probability stays zero).
+template <int D>
+__device__ __forceinline__ void fa_stage(const hx_cuda_kv &kv, int32_t layer,
+                                         const int32_t *blocks, int32_t kvh, int32_t kb,
+                                         int32_t key_hi, __half *ks, __half *vs)
+{
+    constexpr int CH = D / 8; // 16-byte chunks a row
+    for (int i = threadIdx.x; i < FA_K * CH; i += 32 * FA_WARPS) {
+        const int j = i / CH, c = (i % CH) * 8;
+        const int32_t p = kb + j;
+        const bool ok = p <= key_hi;
+        const size_t at =
+            ok ? kv_index(kv, blocks[p / kv.block_tokens], layer, kvh, p % kv.block_tokens) + c
+               : 0;
+        cp_async16(ks + j * fa_row<D>() + c, kv.k + at, ok);
+        cp_async16(vs + j * fa_row<D>() + c, kv.v + at, ok);
+    }
 }
 
 template <int D>
@@ -1155,130 +1239,158 @@ __global__ void __launch_bounds__(32 * FA_WARPS)
                          int32_t n_tok, int32_t n_head, float scale, int32_t window,
                          float softcap, float *__restrict__ out)
 {
+    constexpr int R = fa_row<D>(), NT = FA_K / 8, ND = D / 8; // key tiles, d tiles of 8
+    constexpr float LOG2E = 1.4426950408889634f;
     after_prior();
-    using namespace nvcuda;
     extern __shared__ __align__(16) unsigned char fa_mem[];
-    __half *qs = (__half *)fa_mem;        // [FA_Q][D]
-    __half *ks = qs + FA_Q * D;           // [FA_K][D]
-    __half *vs = ks + FA_K * D;           // [FA_K][D]
-    float *ss = (float *)(vs + FA_K * D); // [FA_Q][FA_K] scores
-    __half *ps = (__half *)(ss + FA_Q * FA_K); // [FA_Q][FA_K] probabilities
-    float *os = (float *)(ps + FA_Q * FA_K);   // [FA_Q][D] output accumulator
-    float *row_m = os + FA_Q * D, *row_l = row_m + FA_Q, *row_c = row_l + FA_Q;
-    __shared__ int32_t key_lo, key_hi;
-    const int tid = threadIdx.x, wid = tid / 32, lane = tid & 31;
-    const int32_t h = blockIdx.y, kvh = h / (n_head / kv.n_kv_head), bt = kv.block_tokens;
-    const int32_t t0 = blockIdx.x * FA_Q, n = n_tok - t0 < FA_Q ? n_tok - t0 : FA_Q;
-    for (int i = tid; i < FA_Q * D; i += blockDim.x) {
-        const int r = i / D, c = i % D;
-        qs[i] = __float2half_rn(r < n ? q[((int64_t)(t0 + r) * n_head + h) * D + c] : 0.0f);
-        os[i] = 0.0f;
-    }
-    if (tid < FA_Q) {
-        row_m[tid] = -INFINITY;
-        row_l[tid] = 0.0f;
-    }
+    __half *stage = (__half *)fa_mem; // [2][K, V][FA_K][R]
+    __shared__ int32_t range[4];      // lowest first key, highest key, lowest row position, highest first key
+    const int tid = threadIdx.x, wid = tid / 32, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    // the longest rows first: the last tiles of a causal chunk see the most keys
+    const int32_t h = blockIdx.y, kvh = h / (n_head / kv.n_kv_head);
+    const int32_t t0 = (int32_t)(gridDim.x - 1 - blockIdx.x) * FA_Q;
+    const int32_t n = n_tok - t0 < FA_Q ? n_tok - t0 : FA_Q;
     if (tid == 0) {
-        int32_t lo = INT32_MAX, hi = -1;
+        int32_t lo = INT32_MAX, hi = -1, pmin = INT32_MAX, lomax = 0;
         for (int r = 0; r < n; r++) {
             const int32_t p = pos[t0 + r], f = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
             lo = f < lo ? f : lo;
             hi = p > hi ? p : hi;
+            pmin = p < pmin ? p : pmin;
+            lomax = f > lomax ? f : lomax;
         }
-        key_lo = lo / FA_K * FA_K;
-        key_hi = hi;
+        range[0] = lo / FA_K * FA_K;
+        range[1] = hi;
+        range[2] = pmin;
+        range[3] = lomax;
     }
     __syncthreads();
-    for (int32_t kb = key_lo; kb <= key_hi; kb += FA_K) {
-        // stage this tile's K and V rows (16 bytes a thread at a time; past the end: zeros)
-        for (int i = tid; i < FA_K * (D / 8); i += blockDim.x) {
-            const int j = i / (D / 8), c = (i % (D / 8)) * 8;
-            const int32_t p = kb + j;
-            uint4 kx = make_uint4(0, 0, 0, 0), vx = kx;
-            if (p <= key_hi) {
-                const size_t at = kv_index(kv, blocks[p / bt], layer, kvh, p % bt) + c;
-                kx = *(const uint4 *)(kv.k + at);
-                vx = *(const uint4 *)(kv.v + at);
-            }
-            *(uint4 *)(ks + j * D + c) = kx;
-            *(uint4 *)(vs + j * D + c) = vx;
-        }
-        __syncthreads();
-        // S = Q K^T for this warp's 16 rows
-        {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FA_K / 16];
+    const int32_t key_lo = range[0], key_hi = range[1], pmin = range[2], lomax = range[3];
+    if (key_lo <= key_hi)
+        fa_stage<D>(kv, layer, blocks, kvh, key_lo, key_hi, stage, stage + FA_K * R);
+    cp_async_commit();
+
+    // this thread's two rows (g and g + 8 of the warp's 16): positions and first keys
+    int32_t rp[2], rlo[2];
 #pragma unroll
-            for (int c = 0; c < FA_K / 16; c++) wmma::fill_fragment(acc[c], 0.0f);
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
-                wmma::load_matrix_sync(a, qs + wid * 16 * D + kk * 16, D);
-#pragma unroll
-                for (int c = 0; c < FA_K / 16; c++) {
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b;
-                    wmma::load_matrix_sync(b, ks + c * 16 * D + kk * 16, D);
-                    wmma::mma_sync(acc[c], a, b, acc[c]);
-                }
-            }
-#pragma unroll
-            for (int c = 0; c < FA_K / 16; c++)
-                wmma::store_matrix_sync(ss + wid * 16 * FA_K + c * 16, acc[c], FA_K,
-                                        wmma::mem_row_major);
-        }
-        __syncwarp();
-        // online softmax over the warp's rows; lane l takes keys l and l + 32 of the tile
-        for (int rr = 0; rr < 16; rr++) {
-            const int r = wid * 16 + rr;
-            const int32_t p = r < n ? pos[t0 + r] : -1;
-            const int32_t lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-            float sv[2];
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int32_t key = kb + lane + 32 * e;
-                float sc = ss[r * FA_K + lane + 32 * e] * scale;
-                if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
-                sv[e] = key <= p && key >= lo ? sc : -INFINITY;
-            }
-            const float m_old = row_m[r], m_new = fmaxf(m_old, warp_max(fmaxf(sv[0], sv[1])));
-            const bool none = m_new == -INFINITY; // no key of this row in range yet
-            const float corr = none ? 1.0f : expf(m_old - m_new);
-            float sum = 0.0f;
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float pr = none ? 0.0f : expf(sv[e] - m_new);
-                sum += pr;
-                ps[r * FA_K + lane + 32 * e] = __float2half_rn(pr);
-            }
-            sum = warp_sum(sum);
-            if (lane == 0) {
-                row_m[r] = m_new;
-                row_l[r] = row_l[r] * corr + sum;
-                row_c[r] = corr;
-            }
-        }
-        __syncwarp();
-        for (int i = lane; i < 16 * D; i += 32) os[wid * 16 * D + i] *= row_c[wid * 16 + i / D];
-        __syncwarp();
-        // O += P V for the warp's rows
-#pragma unroll
-        for (int c = 0; c < D / 16; c++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> o;
-            wmma::load_matrix_sync(o, os + wid * 16 * D + c * 16, D, wmma::mem_row_major);
-#pragma unroll
-            for (int kk = 0; kk < FA_K / 16; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> b;
-                wmma::load_matrix_sync(a, ps + wid * 16 * FA_K + kk * 16, FA_K);
-                wmma::load_matrix_sync(b, vs + kk * 16 * D + c * 16, D);
-                wmma::mma_sync(o, a, b, o);
-            }
-            wmma::store_matrix_sync(os + wid * 16 * D + c * 16, o, D, wmma::mem_row_major);
-        }
-        __syncthreads(); // before the next tile overwrites K and V
+    for (int i = 0; i < 2; i++) {
+        const int r = wid * 16 + g + 8 * i;
+        rp[i] = r < n ? pos[t0 + r] : -1;
+        rlo[i] = window > 0 && rp[i] - window + 1 > 0 ? rp[i] - window + 1 : 0;
     }
-    for (int i = tid; i < n * D; i += blockDim.x) {
-        const int r = i / D, c = i % D;
-        out[((int64_t)(t0 + r) * n_head + h) * D + c] = os[i] / row_l[r];
+    // Q as A operands, one per 16 columns (rows past the chunk: zeros)
+    uint32_t qa[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = wid * 16 + g + 8 * (i & 1), c = kk * 16 + 2 * t + 8 * (i >> 1);
+            float2 v = make_float2(0.0f, 0.0f);
+            if (r < n) v = *(const float2 *)(q + ((int64_t)(t0 + r) * n_head + h) * D + c);
+            qa[kk][i] = pack_half2(v.x, v.y);
+        }
+    float o[ND][4];
+#pragma unroll
+    for (int j = 0; j < ND; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const float sl = scale * LOG2E;
+
+    for (int32_t kb = key_lo, it = 0; kb <= key_hi; kb += FA_K, it++) {
+        const __half *ks = stage + (it & 1) * 2 * FA_K * R, *vs = ks + FA_K * R;
+        if (kb + FA_K <= key_hi) { // the next tile into the other buffer, in flight meanwhile
+            __half *nk = stage + ((it + 1) & 1) * 2 * FA_K * R;
+            fa_stage<D>(kv, layer, blocks, kvh, kb + FA_K, key_hi, nk, nk + FA_K * R);
+            cp_async_commit();
+            cp_async_wait<1>();
+        }
+        else cp_async_wait<0>();
+        __syncthreads();
+
+        // S = Q K^T: s[j] is keys kb + 8j .. + 7 of the warp's 16 rows
+        float s[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+            for (int j = 0; j < NT; j += 2) {
+                // matrices: keys 8j.. at columns 16kk and 16kk + 8, then keys 8j + 8..
+                uint32_t b[4];
+                ldmatrix_x4(b, ks + (8 * j + (lane & 7) + (lane >> 4) * 8) * R + kk * 16 +
+                                   ((lane >> 3) & 1) * 8);
+                mma16816(s[j], qa[kk], b[0], b[1]);
+                mma16816(s[j + 1], qa[kk], b[2], b[3]);
+            }
+
+        // online softmax of the thread's two rows (elements 0, 1: row g; 2, 3: row g + 8)
+        const bool open = kb >= lomax && kb + FA_K - 1 <= pmin; // every row sees every key
+        float mx[2] = {m[0], m[1]};
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = s[j][e];
+                if (softcap > 0.0f) x = softcap * tanhf(x * scale / softcap) * LOG2E;
+                else x *= sl;
+                if (!open) {
+                    const int32_t key = kb + 8 * j + 2 * t + (e & 1);
+                    if (key > rp[e >> 1] || key < rlo[e >> 1]) x = -INFINITY;
+                }
+                s[j][e] = x;
+                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            }
+        float corr[2], base[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+            base[i] = mx[i] == -INFINITY ? 0.0f : mx[i]; // no key of this row in range yet
+            corr[i] = exp2f(m[i] - base[i]);
+            m[i] = mx[i];
+            l[i] *= corr[i];
+        }
+        uint32_t pa[FA_K / 16][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[j][e] = exp2f(s[j][e] - base[e >> 1]);
+                l[e >> 1] += s[j][e];
+            }
+            pa[j / 2][(j & 1) * 2] = pack_half2(s[j][0], s[j][1]);
+            pa[j / 2][(j & 1) * 2 + 1] = pack_half2(s[j][2], s[j][3]);
+        }
+#pragma unroll
+        for (int j = 0; j < ND; j++) {
+            o[j][0] *= corr[0];
+            o[j][1] *= corr[0];
+            o[j][2] *= corr[1];
+            o[j][3] *= corr[1];
+        }
+        // O += P V: matrices keys 16kk.. and 16kk + 8.. at columns 8j, then at 8j + 8
+#pragma unroll
+        for (int kk = 0; kk < FA_K / 16; kk++)
+#pragma unroll
+            for (int j = 0; j < ND; j += 2) {
+                uint32_t b[4];
+                ldmatrix_x4_trans(b, vs + (16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8) * R +
+                                         8 * j + (lane >> 4) * 8);
+                mma16816(o[j], pa[kk], b[0], b[1]);
+                mma16816(o[j + 1], pa[kk], b[2], b[3]);
+            }
+        __syncthreads(); // before the next iteration's copy reuses this buffer
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+        const int r = wid * 16 + g + 8 * i;
+        if (r >= n) continue;
+        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        float *dst = out + ((int64_t)(t0 + r) * n_head + h) * D + 2 * t;
+#pragma unroll
+        for (int j = 0; j < ND; j++)
+            *(float2 *)(dst + 8 * j) = make_float2(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
     }
 }
 
