@@ -315,6 +315,49 @@ static int test_matmul_chunks(void)
     return 0;
 }
 
+/* GEMMs (more rows than the GEMV takes) in a row with the same input share its conversion to
+ * f16; an op that changes the input in between, or another input, makes the next convert. */
+static int test_gemm_input_reuse(void)
+{
+    NEED_GPU();
+    hx_err err = {0};
+    enum { N_IN = 256, N_OUT = 96, ROWS = 19 };
+    static weight a, b;
+    if (weight_make(&a, HX_DT_Q4_0, N_OUT, N_IN) || weight_make(&b, HX_DT_Q6_K, N_OUT, N_IN))
+        return 1;
+    const hx_tensor *pa = gpu->weight(gpu, &a.t, &err), *pb = gpu->weight(gpu, &b.t, &err);
+    CHECK(pa && pb);
+    CHECK(gpu->reserve(gpu, N_IN, 64, &err) == HX_OK);
+    static float x[ROWS * N_IN], y[ROWS * N_IN], xr[ROWS * N_IN], got[ROWS * N_OUT],
+        want[ROWS * N_OUT];
+    fill(x, ROWS * N_IN, -1, 1);
+    fill(y, ROWS * N_IN, -2, 2);
+    float *dx = dev(x, ROWS * N_IN), *dy = dev(y, ROWS * N_IN), *d1 = dev(NULL, ROWS * N_OUT),
+          *d2 = dev(NULL, ROWS * N_OUT), *d3 = dev(NULL, ROWS * N_OUT);
+    for (int step = 0; step < 2; step++) {
+        gpu->matmul(gpu, pa, NULL, dx, ROWS, d1);
+        gpu->matmul(gpu, pb, NULL, dx, ROWS, d2); /* reuses the conversion */
+        gpu->scale(gpu, dx, 0.5f, ROWS * N_IN);
+        gpu->matmul(gpu, pa, NULL, dx, ROWS, d1); /* must convert the halved x */
+        gpu->matmul(gpu, pb, NULL, dy, ROWS, d3); /* and another input */
+        const struct { float *out; const hx_tensor *w; const float *in; float f; } mm[] = {
+            {d2, &b.t, x, powf(0.5f, (float)step)},
+            {d1, &a.t, x, powf(0.5f, (float)step + 1)},
+            {d3, &b.t, y, 1.0f}};
+        for (int k = 0; k < 3; k++) {
+            for (int i = 0; i < ROWS * N_IN; i++) xr[i] = mm[k].in[i] * mm[k].f;
+            matmul_ref(mm[k].w, NULL, xr, ROWS, want);
+            back(got, mm[k].out, ROWS * N_OUT);
+            CHECK_REL(got, want, ROWS * N_OUT, 3e-3);
+        }
+    }
+    float *bufs[] = {dx, dy, d1, d2, d3};
+    for (size_t i = 0; i < HX_COUNTOF(bufs); i++) gpu->free(gpu, bufs[i]);
+    gpu->weight_release(gpu, pa);
+    gpu->weight_release(gpu, pb);
+    return 0;
+}
+
 /* Matmuls in a row with the same input (q, k, v) share one rounding of it; an op that
  * changes the input in between makes the next GEMV round it again; rmsnorm and swiglu round
  * their output when a GEMV reads it next. */
@@ -531,15 +574,26 @@ static int test_row_ops(void)
         CHECK_REL(a, b, T * D, 1e-5);
         gpu->free(gpu, d);
     }
-    /* gated activations */
-    gpu->swiglu(gpu, dx, dy, T * D, dout);
-    back(a, dout, T * D);
-    cpu->swiglu(cpu, x, y, T * D, b);
-    CHECK_REL(a, b, T * D, 1e-5);
-    gpu->geglu(gpu, dx, dy, T * D, dout);
-    back(a, dout, T * D);
-    cpu->geglu(cpu, x, y, T * D, b);
-    CHECK_REL(a, b, T * D, 1e-5);
+    /* gated activations and add: four values a thread where the arrays allow, one where
+     * they start off 16 bytes or the count is not a multiple of 4 */
+    for (int k = 0; k < 3; k++) {
+        const int64_t off = k == 2, n = k == 1 ? T * D - 3 : T * D - off;
+        gpu->swiglu(gpu, dx + off, dy + off, n, dout);
+        back(a, dout, n);
+        cpu->swiglu(cpu, x + off, y + off, n, b);
+        CHECK_REL(a, b, n, 1e-5);
+        gpu->geglu(gpu, dx + off, dy + off, n, dout);
+        back(a, dout, n);
+        cpu->geglu(cpu, x + off, y + off, n, b);
+        CHECK_REL(a, b, n, 1e-5);
+        float *dz = dev(x, T * D);
+        memcpy(b, x, sizeof b);
+        gpu->add(gpu, dz + off, dy + off, n);
+        cpu->add(cpu, b + off, y + off, n);
+        back(a, dz, T * D);
+        CHECK(memcmp(a, b, sizeof b) == 0);
+        gpu->free(gpu, dz);
+    }
     /* add, scale, softcap in place */
     float *dz = dev(x, T * D);
     memcpy(b, x, sizeof b);
@@ -752,6 +806,7 @@ static int skip_no_cuda(void)
 #define test_matmul_formats  skip_no_cuda
 #define test_matmul_chunks   skip_no_cuda
 #define test_gemv_input_reuse skip_no_cuda
+#define test_gemm_input_reuse skip_no_cuda
 #define test_joined_launches skip_no_cuda
 #define test_embed_formats   skip_no_cuda
 #define test_row_ops         skip_no_cuda
@@ -784,6 +839,7 @@ static const check_case cases[] = {
     { "device_names", test_device_names },
     { "matmul_formats", test_matmul_formats },
     { "matmul_chunks", test_matmul_chunks },
+    { "gemm_input_reuse", test_gemm_input_reuse },
     { "gemv_input_reuse", test_gemv_input_reuse },
     { "joined_launches", test_joined_launches },
     { "embed_formats", test_embed_formats },

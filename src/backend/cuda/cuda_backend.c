@@ -816,6 +816,8 @@ typedef struct {
     int64_t          n;
     int8_t          *xq; /* the GEMV over a block format: x rounded (hx_cuda_quantize_x) */
     float           *xd;
+    int64_t          x_half; /* GEMM: the half_x the matmul before made still holds x (q, k and
+                                v; gate and up), no conversion */
 } mat_args;
 
 static void run_embed(cuda_impl *c, const void *p)
@@ -870,11 +872,16 @@ static void run_matmul(cuda_impl *c, const void *p)
         const bool bf16 = wm->dtype == HX_DT_BF16;
         const cudaDataType type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
         HX_ASSERT(n_rows * n_in <= c->half_x_elems); /* reserve sized it */
-        hx_cuda_to_half(a->x, n_rows * n_in, c->half_x, bf16, c->stream);
+        if (!a->x_half) hx_cuda_to_half(a->x, n_rows * n_in, c->half_x, bf16, c->stream);
         if (wm->dtype == HX_DT_F16 || bf16) {
             gemm_half(c, wm->q, c->half_x, type, 0, n_out, n_in, n_rows, n_out, out);
         } else {
-            const int64_t chunk = c->half_w_elems / n_in;
+            /* equal chunks, in rows a multiple of 64 where they fit: cuBLAS takes slower
+             * kernels for a matrix of, say, 2,340 rows (measured: 4096 x 14336 in chunks of
+             * 2,340 and 1,756 rows ran at ~240 TFLOP/s, its neighbours at ~500) */
+            const int64_t most = c->half_w_elems / n_in, parts = (n_out + most - 1) / most;
+            int64_t chunk = ((n_out + parts - 1) / parts + 63) / 64 * 64;
+            if (chunk > most) chunk = most >= 64 ? most / 64 * 64 : most;
             HX_ASSERT(chunk >= 1);
             for (int64_t o0 = 0; o0 < n_out; o0 += chunk) {
                 const int64_t o1 = o0 + chunk < n_out ? o0 + chunk : n_out;
@@ -1011,6 +1018,14 @@ static void cuda_matmul(hx_backend *be, const hx_tensor *w, const hx_tensor *bia
     a.n = n_rows;
     const bool gemv = n_rows <= HX_CUDA_GEMV_ROWS, int8 = gemv && hx_cuda_gemv_int8(wm->dtype);
     if (int8) gemv_input(c, &a);
+    if (!gemv && wm->dtype != HX_DT_F32 && c->n_ops > 0 &&
+        c->ops[c->n_ops - 1].fn == run_matmul) { /* a GEMM right before: of the same x? */
+        const mat_args *p = (const mat_args *)(c->op_args + c->ops[c->n_ops - 1].off);
+        const int32_t dt = p->job[0].w.dtype;
+        a.x_half = p->n == n_rows && p->x == x && p->job[0].w.n_in == wm->n_in &&
+                   dt != HX_DT_F32 && (dt == HX_DT_BF16) == (wm->dtype == HX_DT_BF16) &&
+                   !overlap(p->job[0].out, n_rows * p->job[0].w.n_out, x, n_rows * wm->n_in);
+    }
     if (!gemv || !join_gemv(c, &a))
         record(c, gemv ? "matmul gemv" : "matmul gemm", run_matmul, &a, sizeof a);
     if (int8 && !overlap(out, n_rows * wm->n_out, x, n_rows * wm->n_in)) {
