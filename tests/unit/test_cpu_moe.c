@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/moe.h"
+#include "backend/moe_route.h"
 
 static int test_route_softmax_topk(void)
 {

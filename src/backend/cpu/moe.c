@@ -12,47 +12,7 @@
 #include <math.h>
 #include <string.h>
 
-void hx_moe_route(const float *logits, int32_t n_expert, int32_t n_used, bool norm, int32_t *ids,
-                  float *w)
-{
-    float mx = logits[0];
-    for (int32_t e = 1; e < n_expert; e++)
-        if (logits[e] > mx) mx = logits[e];
-    double sum = 0;
-    for (int32_t e = 0; e < n_expert; e++)
-        sum += exp((double)logits[e] - mx);
-    double chosen = 0;
-    for (int32_t j = 0; j < n_used; j++) {
-        int32_t best = -1;
-        for (int32_t e = 0; e < n_expert; e++) {
-            bool taken = false;
-            for (int32_t i = 0; i < j && !taken; i++)
-                taken = ids[i] == e;
-            if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
-        }
-        ids[j] = best;
-        const double p = exp((double)logits[best] - mx) / sum;
-        w[j] = (float)p;
-        chosen += p;
-    }
-    if (norm && chosen > 0)
-        for (int32_t j = 0; j < n_used; j++)
-            w[j] = (float)(w[j] / chosen);
-}
-
-/* y = down(act(gate x) * up x) for n rows of x; g, u: [n, d_ff] scratch. */
-static void run_expert(hx_backend *be, const hx_tensor *gate, const hx_tensor *up,
-                       const hx_tensor *down, bool geglu, int64_t d_ff, const float *x, int64_t n,
-                       float *g, float *u, float *y)
-{
-    be->matmul(be, gate, NULL, x, n, g);
-    be->matmul(be, up, NULL, x, n, u);
-    if (geglu)
-        be->geglu(be, g, u, n * d_ff, g);
-    else
-        be->swiglu(be, g, u, n * d_ff, g);
-    be->matmul(be, down, NULL, g, n, y);
-}
+#include "backend/moe_route.h"
 
 void hx_cpu_moe(hx_backend *be, const hx_moe *m, const float *router, const float *x, int64_t n_tok,
                 int64_t d_model, float *work, float *out)
@@ -68,18 +28,7 @@ void hx_cpu_moe(hx_backend *be, const hx_moe *m, const float *router, const floa
 
     for (int64_t t = 0; t < T; t++)
         hx_moe_route(router + t * E, m->n_expert, m->n_used, m->norm_topk, ids + t * k, w + t * k);
-    /* Counting sort of the (row, slot) pairs by expert: list[off[e] .. off[e + 1]) are the
-     * slots t * k + j that chose e, in row order. */
-    memset(off, 0, (size_t)(E + 1) * sizeof *off);
-    for (int64_t s = 0; s < T * k; s++)
-        off[ids[s] + 1]++;
-    for (int64_t e = 0; e < E; e++)
-        off[e + 1] += off[e];
-    for (int64_t s = 0; s < T * k; s++)
-        list[off[ids[s]]++] = (int32_t)s;
-    for (int64_t e = E; e > 0; e--)
-        off[e] = off[e - 1]; /* the fill advanced each start */
-    off[0] = 0;
+    hx_moe_sort(ids, T * k, m->n_expert, off, list);
 
     memset(out, 0, (size_t)(T * d) * sizeof *out);
     for (int64_t e = 0; e < E; e++) {
@@ -88,7 +37,7 @@ void hx_cpu_moe(hx_backend *be, const hx_moe *m, const float *router, const floa
         const int32_t *slots = list + off[e];
         for (int64_t i = 0; i < n; i++)
             memcpy(xs + i * d, x + (slots[i] / k) * d, (size_t)d * sizeof *xs);
-        run_expert(be, m->gate[e], m->up[e], m->down[e], m->geglu, m->d_ff, xs, n, g, u, y);
+        hx_moe_expert(be, m->gate[e], m->up[e], m->down[e], m->geglu, m->d_ff, xs, n, g, u, y);
         for (int64_t i = 0; i < n; i++) {
             float      *o = out + (slots[i] / k) * d;
             const float wt = w[slots[i]], *yi = y + i * d;
@@ -105,7 +54,7 @@ void hx_cpu_moe(hx_backend *be, const hx_moe *m, const float *router, const floa
             dot += (double)x[t * d + c] * y[c];
         sig[t] = (float)(1.0 / (1.0 + exp(-dot)));
     }
-    run_expert(be, m->sh_gate, m->sh_up, m->sh_down, m->geglu, m->d_ff_sh, x, T, g, u, y);
+    hx_moe_expert(be, m->sh_gate, m->sh_up, m->sh_down, m->geglu, m->d_ff_sh, x, T, g, u, y);
     for (int64_t t = 0; t < T; t++)
         for (int64_t c = 0; c < d; c++)
             out[t * d + c] += sig[t] * y[t * d + c];

@@ -1,0 +1,28 @@
+/* moe_route.h - the parts of a mixture-of-experts MLP (backend.h `moe`) every backend shares:
+ * routing a row, and one expert's MLP written on the backend's own ops. */
+#ifndef HX_BACKEND_MOE_ROUTE_H
+#define HX_BACKEND_MOE_ROUTE_H
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+/* Routing of one row: the softmax of logits[n_expert], then the n_used most probable experts
+ * (ties: the lower id) into ids, their probabilities into w (renormalised to sum 1 when
+ * norm). */
+void hx_moe_route(const float *logits, int32_t n_expert, int32_t n_used, bool norm, int32_t *ids,
+                  float *w);
+
+/* Counting sort of the n_slots = n_tok * n_used routed (row, slot) pairs by expert: on return
+ * list[off[e] .. off[e + 1]) are the slots t * n_used + j that chose e, in row order. off has
+ * n_expert + 1 entries. */
+void hx_moe_sort(const int32_t *ids, int64_t n_slots, int32_t n_expert, int32_t *off,
+                 int32_t *list);
+
+/* y = down(act(gate x) * up x) for n rows of x with the backend's ops; g, u: [n, d_ff] of its
+ * memory, scratch. */
+void hx_moe_expert(hx_backend *be, const hx_tensor *gate, const hx_tensor *up,
+                   const hx_tensor *down, bool geglu, int64_t d_ff, const float *x, int64_t n,
+                   float *g, float *u, float *y);
+
+#endif
