@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "engine/sequence.h"
 #include "format/discover.h"
 #include "kv/kv_pool.h"
 #include "serve/serve.h"
@@ -26,7 +27,8 @@ static void usage(void)
             "  --max-tokens N    reply limit when a request sets none (default 512)\n"
             "  --batch N         requests generating together (default 8; more wait in order)\n"
             "  --step-tokens N   rows per engine step: a long prompt is prefilled in chunks of\n"
-            "                    this size between the others' tokens (default 256)\n"
+            "                    this size between the others' tokens (default and most: 256\n"
+            "                    on the CPU, 1024 on a GPU)\n"
             "  --prompt-cache GB KV of earlier prompts kept for reuse by common prefix\n"
             "                    (default 2; 0 turns it off)\n"
             "  --kv f16|q8|q4    KV cache storage: q8 holds 1.8x the positions in the same\n"
@@ -118,7 +120,7 @@ int hx_cmd_serve(int argc, char **argv)
         else if (strcmp(a, "--ctx") == 0) { if (!int_arg(a, v, 0, 1 << 24, &x)) return 2; o.n_ctx = (int32_t)x; }
         else if (strcmp(a, "--max-tokens") == 0) { if (!int_arg(a, v, 1, 1 << 24, &x)) return 2; o.max_tokens = (int32_t)x; }
         else if (strcmp(a, "--batch") == 0) { if (!int_arg(a, v, 1, 64, &x)) return 2; o.n_batch = (int32_t)x; }
-        else if (strcmp(a, "--step-tokens") == 0) { if (!int_arg(a, v, 16, 256, &x)) return 2; o.step_tokens = (int32_t)x; }
+        else if (strcmp(a, "--step-tokens") == 0) { if (!int_arg(a, v, 16, HX_SEQUENCE_STEP_TOKENS_GPU, &x)) return 2; o.step_tokens = (int32_t)x; }
         else if (strcmp(a, "--kv") == 0) {
             hx_err e = {0};
             if (hx_kv_dtype_parse(v, &o.kv, &e) != HX_OK) {
