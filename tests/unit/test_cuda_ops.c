@@ -422,6 +422,77 @@ static int test_gemv_input_reuse(void)
     return 0;
 }
 
+/* The mixture-of-experts op against the CPU's on the same weights (Q4_0 experts, an f32 shared
+ * expert and gate vector): a decode-sized step (the experts' matmuls are GEMVs) and a
+ * prompt-sized one (cuBLAS), plain and renormalised routing. */
+static int test_moe(void)
+{
+    NEED_GPU();
+    hx_err err = {0};
+    enum { E = 6, K = 2, D = 64, F = 96, FS = 64, T_MAX = 37 };
+    static weight wg[E], wu[E], wd[E], sg, su, sd;
+    const hx_tensor *gg[E], *gu[E], *gd[E], *cg[E], *cu[E], *cd[E];
+    for (int e = 0; e < E; e++) {
+        if (weight_make(&wg[e], HX_DT_Q4_0, F, D) || weight_make(&wu[e], HX_DT_Q4_0, F, D) ||
+            weight_make(&wd[e], HX_DT_Q4_0, D, F))
+            return 1;
+        cg[e] = &wg[e].t, cu[e] = &wu[e].t, cd[e] = &wd[e].t;
+        gg[e] = gpu->weight(gpu, cg[e], &err);
+        gu[e] = gpu->weight(gpu, cu[e], &err);
+        gd[e] = gpu->weight(gpu, cd[e], &err);
+        CHECK(gg[e] && gu[e] && gd[e]);
+    }
+    if (weight_make(&sg, HX_DT_F32, FS, D) || weight_make(&su, HX_DT_F32, FS, D) ||
+        weight_make(&sd, HX_DT_F32, D, FS))
+        return 1;
+    const hx_tensor *gsg = gpu->weight(gpu, &sg.t, &err), *gsu = gpu->weight(gpu, &su.t, &err),
+                    *gsd = gpu->weight(gpu, &sd.t, &err);
+    CHECK(gsg && gsu && gsd);
+    static float sinp[D];
+    fill(sinp, D, -0.3f, 0.3f);
+    const hx_tensor tsi = {.dtype = HX_DT_F32, .n_dims = 1, .shape = {D}, .data = sinp,
+                           .n_bytes = sizeof sinp};
+    CHECK(gpu->reserve(gpu, F, 64, &err) == HX_OK);
+    static float x[T_MAX * D], router[T_MAX * E], a[T_MAX * D], b[T_MAX * D];
+    fill(x, T_MAX * D, -1, 1);
+    fill(router, T_MAX * E, -2, 2);
+    const int64_t work_n = hx_moe_work_floats(T_MAX, D, F, K, E);
+    float *cwork = hx_alloc((size_t)work_n * sizeof *cwork);
+    float *dx = dev(x, T_MAX * D), *dr = dev(router, T_MAX * E), *dout = dev(NULL, T_MAX * D);
+    float *dwork = dev(NULL, work_n);
+    const int64_t steps[] = {5, T_MAX};
+    for (int shared = 0; shared < 2; shared++)
+        for (int norm = 0; norm < 2; norm++)
+            for (size_t i = 0; i < HX_COUNTOF(steps); i++) {
+                const int64_t T = steps[i];
+                hx_moe mg = {.n_expert = E, .n_used = K, .d_ff = F, .gate = gg, .up = gu,
+                             .down = gd, .norm_topk = norm};
+                hx_moe mc = mg;
+                mc.gate = cg, mc.up = cu, mc.down = cd;
+                if (shared) {
+                    mg.sh_gate = gsg, mg.sh_up = gsu, mg.sh_down = gsd, mg.sh_inp = &tsi;
+                    mc.sh_gate = &sg.t, mc.sh_up = &su.t, mc.sh_down = &sd.t, mc.sh_inp = &tsi;
+                    mg.d_ff_sh = mc.d_ff_sh = FS;
+                }
+                gpu->moe(gpu, &mg, dr, dx, T, D, dwork, dout);
+                back(a, dout, T * D);
+                cpu->moe(cpu, &mc, router, x, T, D, cwork, b);
+                CHECK_REL(a, b, T * D, 3e-3);
+            }
+    float *bufs[] = {dx, dr, dout, dwork};
+    for (size_t i = 0; i < HX_COUNTOF(bufs); i++) gpu->free(gpu, bufs[i]);
+    for (int e = 0; e < E; e++) {
+        gpu->weight_release(gpu, gg[e]);
+        gpu->weight_release(gpu, gu[e]);
+        gpu->weight_release(gpu, gd[e]);
+    }
+    gpu->weight_release(gpu, gsg);
+    gpu->weight_release(gpu, gsu);
+    gpu->weight_release(gpu, gsd);
+    hx_free(cwork);
+    return 0;
+}
+
 /* Ops the backend joins into one launch must give what they give apart: three GEMVs of one
  * input (q, k, v; the first with a bias), a residual add right after a GEMV (the GEMV adds as
  * it writes), the rope of k right after that of q (a partial rotation), and the cache write of
@@ -808,6 +879,7 @@ static int skip_no_cuda(void)
 #define test_gemv_input_reuse skip_no_cuda
 #define test_gemm_input_reuse skip_no_cuda
 #define test_joined_launches skip_no_cuda
+#define test_moe             skip_no_cuda
 #define test_embed_formats   skip_no_cuda
 #define test_row_ops         skip_no_cuda
 #define test_attention       skip_no_cuda
@@ -842,6 +914,7 @@ static const check_case cases[] = {
     { "gemm_input_reuse", test_gemm_input_reuse },
     { "gemv_input_reuse", test_gemv_input_reuse },
     { "joined_launches", test_joined_launches },
+    { "moe", test_moe },
     { "embed_formats", test_embed_formats },
     { "row_ops", test_row_ops },
     { "attention", test_attention },

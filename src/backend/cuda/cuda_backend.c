@@ -25,6 +25,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,8 @@
 #include "base/alloc.h"
 #include "backend/cuda/blas.h"
 #include "backend/cuda/kernels.h"
+#include "backend/moe_route.h"
+#include "tensor/tensor.h"
 
 #define ARENA_BYTES  ((size_t)8 << 20)  /* staged host arrays between two reads */
 #define RECENT       32                 /* staged arrays remembered for reuse */
@@ -125,6 +128,8 @@ struct cuda_impl {
     uint64_t       seen[SEEN];        /* signatures run once, eagerly */
     int            n_seen;
     void          *blas_ws;           /* cuBLAS's workspace: fixed, so GEMMs can be captured */
+    void          *moe_host;          /* the moe op's host arrays (routing) */
+    size_t         moe_host_bytes;
 };
 
 static void cuda_die(const char *what, const char *msg, const char *file, int line)
@@ -1132,6 +1137,100 @@ static void cuda_gather_rows(hx_backend *be, const float *src, const int32_t *ro
     record(c, "gather_rows", run_gather, &a, sizeof a);
 }
 
+/* ---- mixture of experts ----
+ *
+ * Routing needs the router's logits on the host: the log runs up to them and they come back (a
+ * few dozen floats a row), the rows are routed and sorted by expert as on the CPU (moe_route.h),
+ * and each chosen expert runs over its rows with this backend's own ops: the rows gathered, the
+ * expert's gate, up and down matmuls (GEMVs for a decode step's rows, cuBLAS for a prompt's),
+ * its output added, weighted, into the rows (experts in ascending id, as on the CPU). So a step
+ * of such a model waits for the GPU once a layer, and as its experts change from step to step
+ * it is not replayed as a graph: correct first; routing on the device would remove the waits. */
+
+static void run_zero(cuda_impl *c, const void *p)
+{
+    const row_args *a = p;
+    CK(cudaMemsetAsync(a->out, 0, (size_t)a->n * sizeof(float), c->stream));
+}
+
+static void run_scatter_add(cuda_impl *c, const void *p)
+{
+    const row_args *a = p;
+    hx_cuda_scatter_add(a->out, a->x, a->idx, a->w, a->n, a->d, c->stream);
+}
+
+/* out[rows[i]] += w[i] * y[i] for n rows of d; rows (distinct) and w are host arrays. */
+static void scatter_add(cuda_impl *c, float *out, const float *y, const int32_t *rows,
+                        const float *w, int64_t n, int64_t d)
+{
+    row_args a;
+    memset(&a, 0, sizeof a);
+    a.out = out;
+    a.x = y;
+    a.idx = stage_ints(c, rows, n);
+    a.w = stage(c, w, (size_t)n * sizeof *w, (size_t)n * sizeof *w);
+    a.n = n;
+    a.d = d;
+    record(c, "scatter_add", run_scatter_add, &a, sizeof a);
+}
+
+static void cuda_moe(hx_backend *be, const hx_moe *m, const float *router, const float *x,
+                     int64_t n_tok, int64_t d_model, float *work, float *out)
+{
+    cuda_impl *c = cx(be);
+    const int64_t T = n_tok, d = d_model, k = m->n_used, E = m->n_expert;
+    const int64_t d_ff = m->d_ff > m->d_ff_sh ? m->d_ff : m->d_ff_sh;
+    /* device work: xs [T, d] | g, u [T, d_ff] | y [T, d] */
+    float *xs = work, *g = xs + T * d, *u = g + T * d_ff, *y = u + T * d_ff;
+    /* host: logits [T, E] | ids, w, list [T, k] | off [E + 1] | rows, ws [T] | with a shared
+     * expert: x [T, d] and its gate's vector [d] */
+    const size_t need = (size_t)(T * E + 3 * T * k + E + 1 + 2 * T) * 4 +
+                        (m->sh_gate ? (size_t)(T * d + d) * 4 : 0);
+    if (need > c->moe_host_bytes) {
+        void *p = hx_realloc(c->moe_host, need);
+        if (!p) cuda_die("host allocation", "out of memory for expert routing", __FILE__, __LINE__);
+        c->moe_host = p;
+        c->moe_host_bytes = need;
+    }
+    float *lg = c->moe_host, *w = lg + T * E;
+    int32_t *ids = (int32_t *)(w + T * k), *list = ids + T * k, *off = list + T * k;
+    int32_t *rows = off + E + 1;
+    float *ws = (float *)(rows + T), *xh = ws + T, *sh = xh + T * d;
+    cuda_read(be, lg, router, (size_t)(T * E) * sizeof *lg);
+    for (int64_t t = 0; t < T; t++)
+        hx_moe_route(lg + t * E, m->n_expert, m->n_used, m->norm_topk, ids + t * k, w + t * k);
+    hx_moe_sort(ids, T * k, m->n_expert, off, list);
+    row_args z;
+    memset(&z, 0, sizeof z);
+    z.out = out;
+    z.n = T * d;
+    record(c, "moe zero", run_zero, &z, sizeof z);
+    for (int64_t e = 0; e < E; e++) {
+        const int64_t n = off[e + 1] - off[e];
+        if (n == 0) continue;
+        for (int64_t i = 0; i < n; i++) {
+            const int32_t slot = list[off[e] + i];
+            rows[i] = (int32_t)(slot / k);
+            ws[i] = w[slot];
+        }
+        cuda_gather_rows(be, x, rows, n, d, xs);
+        hx_moe_expert(be, m->gate[e], m->up[e], m->down[e], m->geglu, m->d_ff, xs, n, g, u, y);
+        scatter_add(c, out, y, rows, ws, n, d);
+    }
+    if (!m->sh_gate) return;
+    /* the shared expert, scaled per row by sigmoid(x . sh_inp), a dot product on the host */
+    cuda_read(be, xh, x, (size_t)(T * d) * sizeof *xh);
+    hx_tensor_dequant_row(m->sh_inp, 0, sh);
+    for (int64_t t = 0; t < T; t++) {
+        double dot = 0;
+        for (int64_t i = 0; i < d; i++) dot += (double)xh[t * d + i] * sh[i];
+        ws[t] = (float)(1.0 / (1.0 + exp(-dot)));
+        rows[t] = (int32_t)t;
+    }
+    hx_moe_expert(be, m->sh_gate, m->sh_up, m->sh_down, m->geglu, m->d_ff_sh, x, T, g, u, y);
+    scatter_add(c, out, y, rows, ws, T, d);
+}
+
 static void run_glu(cuda_impl *c, const void *p)
 {
     const row_args *a = p;
@@ -1251,6 +1350,7 @@ static void cuda_destroy(hx_backend *be)
         hx_free(c->cache);
         cudaFree(c->half_w);
         cudaFree(c->half_x);
+        hx_free(c->moe_host);
         cudaFree(c->xq);
         cudaFree(c->att_scratch);
         cudaFree(c->arena_d);
@@ -1366,7 +1466,7 @@ hx_status hx_cuda_backend_create(int device, hx_backend **out, hx_err *err)
     be->gather_rows = cuda_gather_rows;
     be->swiglu = cuda_swiglu;
     be->geglu = cuda_geglu;
-    be->moe = NULL; /* mixtures of experts run on the CPU for now (hx_llm_open says so) */
+    be->moe = cuda_moe;
     be->add = cuda_add;
     be->scale = cuda_scale;
     be->softcap = cuda_softcap;

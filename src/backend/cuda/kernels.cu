@@ -1410,6 +1410,17 @@ void flash_prefill(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks, c
            pos, (int32_t)n_tok, n_head, scale, window, softcap, out);
 }
 
+// A thread per element: out[rows[i]] += w[i] * y[i] (the rows distinct within a launch).
+__global__ void scatter_add_kernel(float *out, const float *y, const int32_t *rows,
+                                   const float *w, int64_t n_total, int64_t d)
+{
+    after_prior();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_total) return;
+    const int64_t r = i / d;
+    out[(int64_t)rows[r] * d + i % d] += w[r] * y[i];
+}
+
 __global__ void gather_kernel(const float *src, const int32_t *rows, int64_t n_total, int64_t d,
                               float *dst)
 {
@@ -1724,6 +1735,12 @@ void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *block
     }
     launch(attention_kernel, (unsigned)(n_tok * n_head), 32 * ATT_WARPS, 0, s, *kv, layer,
            blocks, q, pos, n_head, scale, window, softcap, out);
+}
+
+void hx_cuda_scatter_add(float *out, const float *y, const int32_t *rows, const float *w,
+                         int64_t n, int64_t d, hx_cuda_stream s)
+{
+    launch(scatter_add_kernel, blocks_for(n * d), THREADS, 0, s, out, y, rows, w, n * d, d);
 }
 
 void hx_cuda_gather_rows(const float *src, const int32_t *rows, int64_t n, int64_t d,

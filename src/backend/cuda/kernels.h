@@ -108,6 +108,10 @@ void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *block
  * scratch must be zeroed once when allocated: the launches leave their counters at zero. */
 int64_t hx_cuda_attention_scratch(int64_t n_tok, int32_t n_head, int32_t d_head);
 
+/* out[rows[i]] += w[i] * y[i] for n rows of d floats; the rows must be distinct (a mixture of
+ * experts' results added into their tokens' rows, one expert at a time). */
+void hx_cuda_scatter_add(float *out, const float *y, const int32_t *rows, const float *w,
+                         int64_t n, int64_t d, hx_cuda_stream s);
 void hx_cuda_gather_rows(const float *src, const int32_t *rows, int64_t n, int64_t d,
                          float *dst, hx_cuda_stream s);
 /* act 0: silu(gate) * up; 1: gelu_tanh(gate) * up. */
