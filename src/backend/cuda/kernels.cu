@@ -704,34 +704,47 @@ __global__ void quantize_x_kernel(const float *__restrict__ x, int64_t n,
     round_x(x[i], i, n, q, d);
 }
 
+// A thread per 32 values (its 64 bytes of output staged in shared memory, then written by the
+// block as whole 512-byte runs a warp instead of 16 bytes every 64).
+constexpr int DEQUANT_THREADS = 256;
+
 template <int DT>
-__global__ void dequant_kernel(hx_cuda_wmat w, int64_t o0, int64_t n_sub_total, void *dst,
-                               int bf16)
+__global__ void __launch_bounds__(DEQUANT_THREADS)
+    dequant_kernel(hx_cuda_wmat w, int64_t o0, int64_t n_sub_total, void *dst, int bf16)
 {
     after_prior();
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n_sub_total) return;
-    const int64_t n_sub = w.n_in / 32, o = o0 + i / n_sub, j = i % n_sub;
-    float v[32];
-    sub32<DT>(w, o, j, v);
-    uint4 *d = (uint4 *)((uint16_t *)dst + i * 32);
+    __shared__ uint4 tile[DEQUANT_THREADS * 4];
+    const int64_t i = (int64_t)blockIdx.x * DEQUANT_THREADS + threadIdx.x;
+    if (i < n_sub_total) {
+        const int64_t n_sub = w.n_in / 32, o = o0 + i / n_sub, j = i % n_sub;
+        float v[32];
+        sub32<DT>(w, o, j, v);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint32_t u[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float a = v[8 * k + 2 * e], b = v[8 * k + 2 * e + 1];
+                uint16_t ha, hb;
+                if (bf16) {
+                    ha = __bfloat16_as_ushort(__float2bfloat16_rn(a));
+                    hb = __bfloat16_as_ushort(__float2bfloat16_rn(b));
+                } else {
+                    ha = __half_as_ushort(__float2half_rn(a));
+                    hb = __half_as_ushort(__float2half_rn(b));
+                }
+                u[e] = (uint32_t)ha | ((uint32_t)hb << 16);
+            }
+            tile[threadIdx.x * 4 + k] = make_uint4(u[0], u[1], u[2], u[3]);
+        }
+    }
+    __syncthreads();
+    const int64_t base = (int64_t)blockIdx.x * DEQUANT_THREADS * 4, n4 = n_sub_total * 4;
+    uint4 *d = (uint4 *)dst;
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-        uint32_t u[4];
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const float a = v[8 * k + 2 * e], b = v[8 * k + 2 * e + 1];
-            uint16_t ha, hb;
-            if (bf16) {
-                ha = __bfloat16_as_ushort(__float2bfloat16_rn(a));
-                hb = __bfloat16_as_ushort(__float2bfloat16_rn(b));
-            } else {
-                ha = __half_as_ushort(__float2half_rn(a));
-                hb = __half_as_ushort(__float2half_rn(b));
-            }
-            u[e] = (uint32_t)ha | ((uint32_t)hb << 16);
-        }
-        d[k] = make_uint4(u[0], u[1], u[2], u[3]);
+        const int j = k * DEQUANT_THREADS + threadIdx.x;
+        if (base + j < n4) d[base + j] = tile[j];
     }
 }
 
@@ -1603,7 +1616,8 @@ template <int DT> struct DequantLaunch {
                     hx_cuda_stream s)
     {
         const int64_t n = (o1 - o0) * (w->n_in / 32);
-        launch(dequant_kernel<DT>, blocks_for(n), THREADS, 0, s, *w, o0, n, dst, bf16);
+        launch(dequant_kernel<DT>, blocks_for(n, DEQUANT_THREADS), DEQUANT_THREADS, 0, s, *w, o0, n,
+               dst, bf16);
     }
 };
 
