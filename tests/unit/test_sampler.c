@@ -81,34 +81,34 @@ static int test_top_k_and_top_p_truncate(void)
     return 0;
 }
 
+/* The share of n draws over the 4 logits l that give id (a fresh sampler of p). */
+static double share_of(const hx_sampling *p, const float l[4], int32_t id, int n)
+{
+    hx_sampler *s = NULL;
+    hx_err err = {0};
+    if (hx_sampler_init(p, 4, &s, &err) != HX_OK) return -1.0;
+    int hits = 0;
+    for (int i = 0; i < n; i++) {
+        float x[4] = {l[0], l[1], l[2], l[3]};
+        hits += hx_sampler_sample(s, x, NULL) == id;
+    }
+    hx_sampler_free(s);
+    return (double)hits / n;
+}
+
 /* Top-p measures the mass of what top-k kept, renormalized (llama.cpp, vLLM, transformers):
- * logits {3, 1, 1, 1}, top-k 2 keeps 3 and one 1, where the best holds e^3 / (e^3 + e) = 0.88
+ * logits {1, 3, 1, 1}, top-k 2 keeps 3 and one 1, where the best holds e^3 / (e^3 + e) = 0.88
  * >= 0.8, so top-p keeps it alone. Against the whole vocabulary it would hold 0.71 and the
  * second would be drawn about one time in eight. */
 static int test_top_p_within_top_k(void)
 {
+    const float l[4] = {1.0f, 3.0f, 1.0f, 1.0f};
     hx_sampling p = hx_sampling_default();
     p.temperature = 1.0f, p.top_k = 2, p.top_p = 0.8f, p.min_p = 0.0f, p.seed = 11;
-    hx_sampler *s = NULL;
-    hx_err err = {0};
-    CHECK_EQ(hx_sampler_init(&p, 4, &s, &err), HX_OK);
-    int best = 0;
-    for (int i = 0; i < 400; i++) {
-        float l[4] = {1.0f, 3.0f, 1.0f, 1.0f};
-        best += hx_sampler_sample(s, l, NULL) == 1;
-    }
-    hx_sampler_free(s);
-    CHECK_EQ(best, 400);
+    CHECK(share_of(&p, l, 1, 400) == 1.0);
     /* top-p 0.9 needs the second: it is drawn with its share of the two, 0.12 */
     p.top_p = 0.9f;
-    CHECK_EQ(hx_sampler_init(&p, 4, &s, &err), HX_OK);
-    best = 0;
-    for (int i = 0; i < 4000; i++) {
-        float l[4] = {1.0f, 3.0f, 1.0f, 1.0f};
-        best += hx_sampler_sample(s, l, NULL) == 1;
-    }
-    hx_sampler_free(s);
-    CHECK_NEAR(best / 4000.0, exp(3) / (exp(3) + exp(1)), 0.02);
+    CHECK_NEAR(share_of(&p, l, 1, 4000), exp(3) / (exp(3) + exp(1)), 0.02);
     return 0;
 }
 
