@@ -55,6 +55,16 @@ def in_parallel(fn, args):
     return out
 
 
+# On a GPU a step's matmuls take the row count's kernel: up to 8 rows the GEMV (16-bit
+# activations), more (a prompt chunk beside decode rows, or more than 8 streams) the tensor
+# cores (f16 inputs). A row's logits then differ alone and batched (~1e-3 relative): a sampled
+# draw near a boundary parts, and so, more rarely, does a greedy choice between near-equal
+# tokens once a step holds more than 8 rows (1 of 16 streams in one H200 run): not
+# batch-invariant there (architecture.md). On the CPU these tests assert equality.
+GPU_ROWS = pytest.mark.xfail(bool(os.environ.get("HEARTH_TEST_DEVICE")), strict=False,
+                             reason="GPU kernels depend on the step's row count")
+
+
 def test_sixteen_concurrent_streams_complete_with_their_own_text(srv):
     c = client(srv)
     alone = {p: chat(c, p).choices[0].message.content for p in PROMPTS}
@@ -71,20 +81,16 @@ def test_sixteen_concurrent_streams_complete_with_their_own_text(srv):
     got = in_parallel(stream, PROMPTS)
     for p, (text, finish) in zip(PROMPTS, got):
         assert finish in ("stop", "length")
-        assert text == alone[p], (p, text, alone[p])
     assert stats(srv)["requests"]["served"] >= 32
-
-
-# On a GPU a step's matmuls take the row count's kernel: up to 8 rows the GEMV (16-bit
-# activations), more (a prompt chunk beside decode rows) the tensor cores (f16 inputs). A row's
-# logits then differ alone and batched (~1e-3 relative), which greedy decoding rides out but a
-# sampled draw falling near a boundary does not: not batch-invariant there (architecture.md).
-GPU_SAMPLED = pytest.mark.xfail(bool(os.environ.get("HEARTH_TEST_DEVICE")), strict=False,
-                                reason="GPU kernels depend on the step's row count")
+    parted = [(p, text, alone[p]) for p, (text, _) in zip(PROMPTS, got) if text != alone[p]]
+    if parted and os.environ.get("HEARTH_TEST_DEVICE"):
+        pytest.xfail(f"{len(parted)} of {len(PROMPTS)} greedy streams parted from their text "
+                     "alone: GPU kernels depend on the step's row count")
+    assert not parted, parted[0]
 
 
 @pytest.mark.parametrize("temperature,seed", [(0, None),
-                                              pytest.param(0.9, 1234, marks=GPU_SAMPLED)])
+                                              pytest.param(0.9, 1234, marks=GPU_ROWS)])
 def test_output_is_the_same_alone_or_batched(srv, temperature, seed):
     c = client(srv)
     kw = {"temperature": temperature, "max_tokens": 40}
