@@ -370,10 +370,11 @@ static void llm_scratch(const hx_hparams *hp, int64_t T, int32_t n_batch, uint64
                            /* the expert arrays: a pointer and a view per expert weight */
                            (uint64_t)hp->n_layer * 3 * (uint64_t)(hp->n_expert > 0 ? hp->n_expert : 0) *
                                (sizeof(hx_tensor *) + sizeof(hx_tensor));
-    /* logits [T, n_vocab]: only the rows whose logits are asked for are written - one per
-     * sequence in a step. */
-    const uint64_t logit_rows = (uint64_t)(n_batch < T ? n_batch : T);
-    *reserved = rows + moe + fixed + t * (uint64_t)hp->n_vocab * f;
+    /* logits [min(T, HX_LLM_LOGIT_ROWS), n_vocab]: only the rows whose logits are asked for
+     * are written - one per sequence in a step. */
+    const uint64_t cap = (uint64_t)(T < HX_LLM_LOGIT_ROWS ? T : HX_LLM_LOGIT_ROWS);
+    const uint64_t logit_rows = (uint64_t)n_batch < cap ? (uint64_t)n_batch : cap;
+    *reserved = rows + moe + fixed + cap * (uint64_t)hp->n_vocab * f;
     *touched = rows + moe + fixed + logit_rows * (uint64_t)hp->n_vocab * f;
 }
 

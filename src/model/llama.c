@@ -332,7 +332,8 @@ hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok,
     m->v = be->alloc(be, T * (size_t)kvd * f);
     m->gate = be->alloc(be, T * (size_t)hp->d_ff * f);
     m->up = be->alloc(be, T * (size_t)hp->d_ff * f);
-    m->logits = be->alloc(be, T * (size_t)hp->n_vocab * f);
+    const size_t logit_rows = T < HX_LLM_LOGIT_ROWS ? T : HX_LLM_LOGIT_ROWS;
+    m->logits = be->alloc(be, logit_rows * (size_t)hp->n_vocab * f);
     if (!m->x || !m->h || !m->q || !m->k || !m->v || !m->gate || !m->up || !m->logits)
         goto nomem;
     if (m->expert_w) {
@@ -441,12 +442,17 @@ hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, hx_kv_store *kv_swa, const 
             be->rmsnorm(be, m->q, L->post_ffn_norm, T, d, hp->norm_eps, m->q);
         be->add(be, m->x, m->q, T * d);
     }
-    /* Only the requested rows go through the final norm and the vocabulary projection. */
-    be->gather_rows(be, m->x, b->logit_rows, b->n_logits, d, m->h);
-    be->rmsnorm(be, m->h, m->out_norm, b->n_logits, d, hp->norm_eps, m->h);
-    be->matmul(be, m->output, NULL, m->h, b->n_logits, m->logits);
-    if (hp->final_softcap > 0)
-        be->softcap(be, m->logits, hp->final_softcap, b->n_logits * (int64_t)hp->n_vocab);
-    be->read(be, logits, m->logits, (size_t)b->n_logits * (size_t)hp->n_vocab * sizeof(float));
+    /* Only the requested rows go through the final norm and the vocabulary projection, up to
+     * HX_LLM_LOGIT_ROWS of them a pass. */
+    const int64_t V = hp->n_vocab;
+    for (int64_t i0 = 0; i0 < b->n_logits; i0 += HX_LLM_LOGIT_ROWS) {
+        const int64_t n = b->n_logits - i0 < HX_LLM_LOGIT_ROWS ? b->n_logits - i0
+                                                               : HX_LLM_LOGIT_ROWS;
+        be->gather_rows(be, m->x, b->logit_rows + i0, n, d, m->h);
+        be->rmsnorm(be, m->h, m->out_norm, n, d, hp->norm_eps, m->h);
+        be->matmul(be, m->output, NULL, m->h, n, m->logits);
+        if (hp->final_softcap > 0) be->softcap(be, m->logits, hp->final_softcap, n * V);
+        be->read(be, logits + i0 * V, m->logits, (size_t)(n * V) * sizeof(float));
+    }
     return HX_OK;
 }

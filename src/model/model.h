@@ -71,10 +71,16 @@ typedef struct hx_llm {
     float *h;      /* [max_tok, max(d_model, n_head*d_head)] normed input / attention out */
     float *q, *k, *v; /* [max_tok, n_head*d_head], [max_tok, kv_dim] x2 */
     float *gate, *up; /* [max_tok, d_ff] */
-    float *logits; /* [max_tok, n_vocab] */
+    float *logits; /* [min(max_tok, HX_LLM_LOGIT_ROWS), n_vocab] */
     float *router; /* [max_tok, n_expert] router logits; NULL for a dense model */
     float *moe_work; /* hx_moe_work_floats of max_tok rows; NULL for a dense model */
 } hx_llm;
+
+/* Rows of logits one pass of the output projection computes: a step asking for more (a tool
+ * reading every row of a prompt) takes several passes. A serving step asks for one row per
+ * sequence, and --batch is at most 64, so one pass; sizing the buffer by the step instead cost a
+ * GPU ~0.5 GB at 1,024-row steps and a 128k vocabulary. */
+#define HX_LLM_LOGIT_ROWS 64
 
 /* The architectures with a forward pass, by the names hx_hparams.arch uses (GGUF
  * general.architecture; config.json model_type maps onto them): a NULL-terminated list. */

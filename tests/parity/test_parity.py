@@ -142,7 +142,7 @@ def greedy_matches(m, tokens, ours, ref):
     return gap <= TIE_NATS
 
 
-def compare_tiny(model, tokens, tmp_path, name):
+def compare_tiny(model, tokens, tmp_path, name, chunk=40):
     """Runs hx-logits (teacher-forced, chunks of 40, then 16 greedy tokens) and the reference on
     one tiny model; returns top-1 agreement, mean KL(reference || hearth), the largest log-prob
     difference, the widest log-prob span of a row, and whether the greedy tokens are equal."""
@@ -152,7 +152,7 @@ def compare_tiny(model, tokens, tmp_path, name):
     tool = os.path.join(BUILD, "hx-logits")
     if not os.path.exists(tool):
         pytest.skip(f"{tool} not built")
-    p = subprocess.run([tool, model, str(tmp_path / "l.bin"), "--chunk", "40", "--greedy", "16",
+    p = subprocess.run([tool, model, str(tmp_path / "l.bin"), "--chunk", str(chunk), "--greedy", "16",
                         *DEV],
                        input=json.dumps(tokens), capture_output=True, text=True, check=True)
     ours = log_softmax(np.fromfile(tmp_path / "l.bin", dtype=np.float32)
@@ -189,6 +189,17 @@ def test_tiny_model_matches_the_reference(tiny, tmp_path, name):
                     "case covers the shared expert on the GPU")
     tokens = np.random.default_rng(5).integers(3, 256, 96).tolist()
     agree, kl, _, _, greedy_equal = compare_tiny(str(tiny / name), tokens, tmp_path, name)
+    assert agree >= 0.99 and kl <= 0.01
+    assert greedy_equal
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma2"])
+def test_logits_of_more_rows_than_one_pass_takes(tiny, tmp_path, name):
+    """Steps of 96 rows with the logits of every row: more than the output projection computes
+    in one pass (HX_LLM_LOGIT_ROWS, 64), so rows 64-95 of each step come from a second pass
+    (with Gemma 2's final soft cap applied per pass). They match the reference as the rest do."""
+    tokens = np.random.default_rng(6).integers(3, 256, 192).tolist()
+    agree, kl, _, _, greedy_equal = compare_tiny(str(tiny / name), tokens, tmp_path, name, chunk=96)
     assert agree >= 0.99 and kl <= 0.01
     assert greedy_equal
 
