@@ -1,8 +1,10 @@
-/* moe_route.c - routing and one expert's MLP, shared by the backends' moe ops (moe_route.h). */
+/* moe_route.c - what the backends' moe ops share (moe_route.h). */
 #include "backend/moe_route.h"
 
 #include <math.h>
 #include <string.h>
+
+#include "tensor/tensor.h"
 
 void hx_moe_route(const float *logits, int32_t n_expert, int32_t n_used, bool norm, int32_t *ids,
                   float *w)
@@ -45,6 +47,28 @@ void hx_moe_sort(const int32_t *ids, int64_t n_slots, int32_t n_expert, int32_t 
     for (int32_t e = n_expert; e > 0; e--)
         off[e] = off[e - 1]; /* the fill advanced each start */
     off[0] = 0;
+}
+
+void hx_moe_plan(const hx_moe *m, const float *router, int64_t n_tok, int32_t *ids, float *w,
+                 int32_t *off, int32_t *list)
+{
+    const int64_t k = m->n_used;
+    for (int64_t t = 0; t < n_tok; t++)
+        hx_moe_route(router + t * m->n_expert, m->n_expert, m->n_used, m->norm_topk, ids + t * k,
+                     w + t * k);
+    hx_moe_sort(ids, n_tok * k, m->n_expert, off, list);
+}
+
+void hx_moe_shared_gate(const hx_moe *m, const float *x, int64_t n_tok, int64_t d, float *vec,
+                        float *gate)
+{
+    hx_tensor_dequant_row(m->sh_inp, 0, vec);
+    for (int64_t t = 0; t < n_tok; t++) {
+        double dot = 0;
+        for (int64_t c = 0; c < d; c++)
+            dot += (double)x[t * d + c] * vec[c];
+        gate[t] = (float)(1.0 / (1.0 + exp(-dot)));
+    }
 }
 
 void hx_moe_expert(hx_backend *be, const hx_tensor *gate, const hx_tensor *up,

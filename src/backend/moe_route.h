@@ -1,5 +1,6 @@
 /* moe_route.h - the parts of a mixture-of-experts MLP (backend.h `moe`) every backend shares:
- * routing a row, and one expert's MLP written on the backend's own ops. */
+ * routing the rows and sorting them by expert, the shared expert's gate, and one expert's MLP
+ * written on the backend's own ops. */
 #ifndef HX_BACKEND_MOE_ROUTE_H
 #define HX_BACKEND_MOE_ROUTE_H
 #include <stdbool.h>
@@ -18,6 +19,16 @@ void hx_moe_route(const float *logits, int32_t n_expert, int32_t n_used, bool no
  * n_expert + 1 entries. */
 void hx_moe_sort(const int32_t *ids, int64_t n_slots, int32_t n_expert, int32_t *off,
                  int32_t *list);
+
+/* Both for the n_tok rows of router [n_tok, n_expert] (host memory): hx_moe_route of each row
+ * into ids and w [n_tok, n_used], then hx_moe_sort of the slots into off and list. */
+void hx_moe_plan(const hx_moe *m, const float *router, int64_t n_tok, int32_t *ids, float *w,
+                 int32_t *off, int32_t *list);
+
+/* The shared expert's weight of each of the n_tok rows of x [n_tok, d] (host memory):
+ * sigmoid(x . sh_inp), the dot product in double. vec: d floats of scratch. */
+void hx_moe_shared_gate(const hx_moe *m, const float *x, int64_t n_tok, int64_t d, float *vec,
+                        float *gate);
 
 /* y = down(act(gate x) * up x) for n rows of x with the backend's ops; g, u: [n, d_ff] of its
  * memory, scratch. */

@@ -9,7 +9,6 @@
  * whatever the batch. The matmuls themselves are the backend's, split across its threads. */
 #include "backend/cpu/moe.h"
 
-#include <math.h>
 #include <string.h>
 
 #include "backend/moe_route.h"
@@ -26,9 +25,7 @@ void hx_cpu_moe(hx_backend *be, const hx_moe *m, const float *router, const floa
     float   *sig = (float *)(list + T * k);
     int32_t *off = (int32_t *)(sig + T);
 
-    for (int64_t t = 0; t < T; t++)
-        hx_moe_route(router + t * E, m->n_expert, m->n_used, m->norm_topk, ids + t * k, w + t * k);
-    hx_moe_sort(ids, T * k, m->n_expert, off, list);
+    hx_moe_plan(m, router, T, ids, w, off, list);
 
     memset(out, 0, (size_t)(T * d) * sizeof *out);
     for (int64_t e = 0; e < E; e++) {
@@ -47,13 +44,7 @@ void hx_cpu_moe(hx_backend *be, const hx_moe *m, const float *router, const floa
     }
     if (!m->sh_gate) return;
     /* The shared expert runs for every row; its gate is one dot product per row. */
-    hx_tensor_dequant_row(m->sh_inp, 0, y);
-    for (int64_t t = 0; t < T; t++) {
-        double dot = 0;
-        for (int64_t c = 0; c < d; c++)
-            dot += (double)x[t * d + c] * y[c];
-        sig[t] = (float)(1.0 / (1.0 + exp(-dot)));
-    }
+    hx_moe_shared_gate(m, x, T, d, y, sig);
     hx_moe_expert(be, m->sh_gate, m->sh_up, m->sh_down, m->geglu, m->d_ff_sh, x, T, g, u, y);
     for (int64_t t = 0; t < T; t++)
         for (int64_t c = 0; c < d; c++)

@@ -25,7 +25,6 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +34,6 @@
 #include "backend/cuda/blas.h"
 #include "backend/cuda/kernels.h"
 #include "backend/moe_route.h"
-#include "tensor/tensor.h"
 
 #define ARENA_BYTES  ((size_t)8 << 20)  /* staged host arrays between two reads */
 #define RECENT       32                 /* staged arrays remembered for reuse */
@@ -1197,9 +1195,7 @@ static void cuda_moe(hx_backend *be, const hx_moe *m, const float *router, const
     int32_t *rows = off + E + 1;
     float *ws = (float *)(rows + T), *xh = ws + T, *sh = xh + T * d;
     cuda_read(be, lg, router, (size_t)(T * E) * sizeof *lg);
-    for (int64_t t = 0; t < T; t++)
-        hx_moe_route(lg + t * E, m->n_expert, m->n_used, m->norm_topk, ids + t * k, w + t * k);
-    hx_moe_sort(ids, T * k, m->n_expert, off, list);
+    hx_moe_plan(m, lg, T, ids, w, off, list);
     row_args z;
     memset(&z, 0, sizeof z);
     z.out = out;
@@ -1220,13 +1216,8 @@ static void cuda_moe(hx_backend *be, const hx_moe *m, const float *router, const
     if (!m->sh_gate) return;
     /* the shared expert, scaled per row by sigmoid(x . sh_inp), a dot product on the host */
     cuda_read(be, xh, x, (size_t)(T * d) * sizeof *xh);
-    hx_tensor_dequant_row(m->sh_inp, 0, sh);
-    for (int64_t t = 0; t < T; t++) {
-        double dot = 0;
-        for (int64_t i = 0; i < d; i++) dot += (double)xh[t * d + i] * sh[i];
-        ws[t] = (float)(1.0 / (1.0 + exp(-dot)));
-        rows[t] = (int32_t)t;
-    }
+    hx_moe_shared_gate(m, xh, T, d, sh, ws);
+    for (int64_t t = 0; t < T; t++) rows[t] = (int32_t)t;
     hx_moe_expert(be, m->sh_gate, m->sh_up, m->sh_down, m->geglu, m->d_ff_sh, x, T, g, u, y);
     scatter_add(c, out, y, rows, ws, T, d);
 }
