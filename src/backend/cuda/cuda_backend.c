@@ -966,15 +966,29 @@ static bool overlap(const float *a, int64_t na, const float *b, int64_t nb)
     return a < b + nb && b < a + na;
 }
 
-/* The argument record of the log's last op when that op is fn's, for an op about to join its
- * launch; else NULL. The caller then either joins (the launch writes more) or records an op of
- * its own, so as record() does, xq stops counting as a copy of any rows (cuda_matmul re-sets it
- * after a GEMV). */
+/* The argument record of the log's last op when that op is fn's; else NULL. */
+static void *last_op(cuda_impl *c, op_fn fn)
+{
+    return c->n_ops > 0 && c->ops[c->n_ops - 1].fn == fn ? c->op_args + c->ops[c->n_ops - 1].off
+                                                         : NULL;
+}
+
+/* last_op, for an op about to join that op's launch. The caller then either joins (the launch
+ * writes more) or records an op of its own, so as record() does, xq stops counting as a copy of
+ * any rows (cuda_matmul re-sets it after a GEMV). */
 static void *join_last(cuda_impl *c, op_fn fn)
 {
-    if (c->n_ops == 0 || c->ops[c->n_ops - 1].fn != fn) return NULL;
-    c->xq_of = NULL;
-    return c->op_args + c->ops[c->n_ops - 1].off;
+    void *p = last_op(c, fn);
+    if (p) c->xq_of = NULL;
+    return p;
+}
+
+/* Whether x [n] overlaps the output of any job of the launch p. */
+static bool hits_outputs(const mat_args *p, const float *x, int64_t n)
+{
+    for (int64_t k = 0; k < p->n_jobs; k++)
+        if (overlap(x, n, p->job[k].out, p->n * p->job[k].w.n_out)) return true;
+    return false;
 }
 
 /* The GEMV just before in the log, when it is the last op (join_last). */
@@ -995,12 +1009,11 @@ static bool join_gemv(cuda_impl *c, const mat_args *a)
     if (!p || p->n != a->n || p->x != a->x || p->xq != a->xq || p->xd != a->xd ||
         p->n_jobs == HX_CUDA_GEMV_SET || p->job[0].w.dtype != j->w.dtype ||
         p->job[0].w.n_in != j->w.n_in ||
-        overlap(j->out, a->n * j->w.n_out, a->x, a->n * j->w.n_in))
+        overlap(j->out, a->n * j->w.n_out, a->x, a->n * j->w.n_in) ||
+        hits_outputs(p, j->out, a->n * j->w.n_out))
         return false;
     for (int64_t k = 0; k < p->n_jobs; k++)
-        if (p->job[k].acc || overlap(j->out, a->n * j->w.n_out, p->job[k].out,
-                                     a->n * p->job[k].w.n_out))
-            return false;
+        if (p->job[k].acc) return false;
     p->job[p->n_jobs++] = *j;
     return true;
 }
@@ -1021,9 +1034,8 @@ static void cuda_matmul(hx_backend *be, const hx_tensor *w, const hx_tensor *bia
     a.n = n_rows;
     const bool gemv = n_rows <= HX_CUDA_GEMV_ROWS, int8 = gemv && hx_cuda_gemv_int8(wm->dtype);
     if (int8) gemv_input(c, &a);
-    if (!gemv && wm->dtype != HX_DT_F32 && c->n_ops > 0 &&
-        c->ops[c->n_ops - 1].fn == run_matmul) { /* a GEMM right before: of the same x? */
-        const mat_args *p = (const mat_args *)(c->op_args + c->ops[c->n_ops - 1].off);
+    const mat_args *p = gemv || wm->dtype == HX_DT_F32 ? NULL : last_op(c, run_matmul);
+    if (p) { /* a GEMM right before: of the same x? */
         const int32_t dt = p->job[0].w.dtype;
         a.x_half = p->n == n_rows && p->x == x && p->job[0].w.n_in == wm->n_in &&
                    dt != HX_DT_F32 && (dt == HX_DT_BF16) == (wm->dtype == HX_DT_BF16) &&
@@ -1282,14 +1294,9 @@ static void cuda_add(hx_backend *be, float *x, const float *y, int64_t n)
     mat_args *p = last_gemv(c);
     hx_cuda_gemv_job *j = p ? &p->job[p->n_jobs - 1] : NULL;
     if (j && j->out == y && !j->acc && p->n * j->w.n_out == n &&
-        !overlap(x, n, p->x, p->n * j->w.n_in)) {
-        bool apart = true;
-        for (int64_t k = 0; k < p->n_jobs; k++)
-            apart = apart && !overlap(x, n, p->job[k].out, p->n * p->job[k].w.n_out);
-        if (apart) {
-            j->acc = x;
-            return;
-        }
+        !overlap(x, n, p->x, p->n * j->w.n_in) && !hits_outputs(p, x, n)) {
+        j->acc = x;
+        return;
     }
     elementwise(be, "add", 0, x, y, 0.0f, n);
 }

@@ -74,7 +74,6 @@ void hx_cuda_embed(const hx_cuda_wmat *w, const int32_t *ids, int64_t n_tok, flo
  * would (d, n a multiple of 32): the GEMV after them needs no rounding pass of its own. */
 void hx_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t d, float eps,
                      float *out, int8_t *xq, float *xd, hx_cuda_stream s);
-/* inv_freq [n_rot / 2]; pairs as in hx_rope. */
 /* The KV store of backend.h in f16, and one sequence's block table on the device. */
 typedef struct {
     uint16_t *k, *v;
@@ -82,8 +81,9 @@ typedef struct {
 } hx_cuda_kv;
 
 /* x [n_tok, n_head, d_head] and, when x2 is not NULL, x2 [n_tok, n_head2, d_head] (q and k)
- * rotated in one launch. With kv (NULL: not) x2 is K, and the launch also does
- * hx_cuda_kv_write of it (rotated) and of v [n_tok, n_head2 * d_head] into that layer. */
+ * rotated in one launch; inv_freq [n_rot / 2], pairs as in hx_rope. With kv (NULL: not) x2 is
+ * K, and the launch also does hx_cuda_kv_write of it (rotated) and of v [n_tok, n_head2 *
+ * d_head] into that layer. */
 void hx_cuda_rope(float *x, int32_t n_head, float *x2, int32_t n_head2, const int32_t *pos,
                   int64_t n_tok, int32_t d_head, const float *inv_freq, int32_t n_rot,
                   float mscale, int pairs, const hx_cuda_kv *kv, int32_t layer,
