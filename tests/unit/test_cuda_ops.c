@@ -229,7 +229,7 @@ static int test_matmul_formats(void)
 {
     NEED_GPU();
     hx_err err = {0};
-    const int64_t n_out = 131, n_in = 768, rows[] = {1, 3, 8, 37};
+    const int64_t n_out = 131, n_in = 768, rows[] = {1, 2, 3, 5, 8, 37};
     CHECK(gpu->reserve(gpu, n_in, 64, &err) == HX_OK);
     static weight ws[HX_COUNTOF(all_formats)];
     static float bias_vs[HX_COUNTOF(all_formats)][131];
@@ -497,23 +497,24 @@ static int test_moe(void)
  * input (q, k, v; the first with a bias), a residual add right after a GEMV (the GEMV adds as
  * it writes), the rope of k right after that of q (a partial rotation), and the cache write of
  * those rows of K and V right after (the rope stores them). Three steps: eager, captured,
- * replayed (the residual accumulates across them). */
-static int test_joined_launches(void)
+ * replayed (the residual accumulates across them). Weights of format `fmt` (k of 2 calls). */
+static int joined_launches_of(hx_dtype fmt, int call)
 {
-    NEED_GPU();
     hx_err err = {0};
-    enum { N_IN = 256, ROWS = 3, H = 4, KH = 2, DH = 64 };
+    enum { N_IN = 256, ROWS = 5, H = 4, KH = 2, DH = 64 };
     const int64_t n_out[3] = {H * DH, KH * DH, KH * DH};
-    static weight ws[3];
+    static weight wss[2][3];
+    weight *ws = wss[call];
     const hx_tensor *pw[3];
     for (int k = 0; k < 3; k++) {
-        if (weight_make(&ws[k], HX_DT_Q4_K, n_out[k], N_IN)) return 1;
+        if (weight_make(&ws[k], fmt, n_out[k], N_IN)) return 1;
         CHECK((pw[k] = gpu->weight(gpu, &ws[k].t, &err)) != NULL);
     }
-    static float bias_v[H * DH];
+    static float bias_vs[2][H * DH]; /* apart: the backend keeps a copy per host address */
+    float *bias_v = bias_vs[call];
     fill(bias_v, H * DH, -1, 1);
     const hx_tensor bias = {.dtype = HX_DT_F32, .n_dims = 1, .shape = {H * DH}, .data = bias_v,
-                            .n_bytes = sizeof bias_v};
+                            .n_bytes = sizeof bias_vs[call]};
     static float x[ROWS * N_IN], xr[ROWS * N_IN], res0[ROWS * KH * DH], res[ROWS * KH * DH];
     static float got[ROWS * H * DH], want[3][ROWS * H * DH], q[ROWS * H * DH], kk[ROWS * KH * DH];
     fill(x, ROWS * N_IN, -1, 1);
@@ -524,7 +525,7 @@ static int test_joined_launches(void)
     float inv_freq[DH / 2];
     for (int i = 0; i < DH / 2; i++) inv_freq[i] = powf(10000.0f, -2.0f * i / DH);
     const hx_rope rope = {inv_freq, DH / 2, 1.0f, false};
-    const int32_t pos[ROWS] = {5, 6, 40};
+    const int32_t pos[ROWS] = {5, 6, 38, 39, 40};
     hx_kv_store kc = {.n_blocks = 6, .block_tokens = 16, .n_layer = 2, .n_kv_head = KH,
                       .d_head = DH, .kv_dim = KH * DH, .dtype = HX_KV_F16};
     hx_kv_store kg = kc;
@@ -586,6 +587,13 @@ static int test_joined_launches(void)
         gpu->weight_release(gpu, pw[k]);
     }
     return 0;
+}
+
+/* Q4_K through the CUDA-core GEMV, Q4_0 through the tensor-core one. */
+static int test_joined_launches(void)
+{
+    NEED_GPU();
+    return joined_launches_of(HX_DT_Q4_K, 0) || joined_launches_of(HX_DT_Q4_0, 1);
 }
 
 /* Rows of every format's table, exactly as the reference dequantizer gives them. */

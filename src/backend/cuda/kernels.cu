@@ -42,17 +42,23 @@ __device__ __forceinline__ void after_prior()
 #endif
 }
 
-bool dependent_launch()
+// The compute capability's major number of the current device (-1 when it cannot be had).
+int device_major()
 {
-    static int major[64]; // per device: 0 until asked, -1 when it could not be
-    static const char *env = getenv("HEARTH_CUDA_PDL");
-    static const bool off = env && strcmp(env, "0") == 0;
+    static int major[64]; // per device: 0 until asked
     int dev = 0;
-    if (off || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return -1;
     if (major[dev] == 0 &&
         cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
         major[dev] = -1;
-    return major[dev] >= 9;
+    return major[dev];
+}
+
+bool dependent_launch()
+{
+    static const char *env = getenv("HEARTH_CUDA_PDL");
+    static const bool off = env && strcmp(env, "0") == 0;
+    return !off && device_major() >= 9;
 }
 
 // k<<<grid, block, smem, s>>>(a...) as a dependent launch where the device has them; a bad
@@ -246,6 +252,37 @@ __device__ __forceinline__ void sub32(const hx_cuda_wmat &w, int64_t o, int64_t 
     }
 }
 
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// 16 bytes from global to shared memory, asynchronously; zeros when !valid.
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)),
+                 "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// 4 bytes from global to shared memory, asynchronously (through L1).
+__device__ __forceinline__ void cp_async4(void *dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src)
+                 : "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 __device__ __forceinline__ float warp_sum(float v)
 {
 #pragma unroll
@@ -313,15 +350,27 @@ struct gemv_set {
 };
 static_assert(HX_CUDA_GEMV_SET == 3, "gemv_job picks among three");
 
-// This block's job, and its first output row.
+// This block's job, and its first output row (blocks of ROWS output rows).
+template <int ROWS = GEMV_ROWS>
 __device__ __forceinline__ hx_cuda_gemv_job gemv_job(const gemv_set &set, int64_t *o0)
 {
     int j = 0;
 #pragma unroll
     for (int k = 1; k < HX_CUDA_GEMV_SET; k++)
         if (k < set.n && blockIdx.x >= set.start[k]) j = k;
-    *o0 = (int64_t)(blockIdx.x - set.start[j]) * GEMV_ROWS;
+    *o0 = (int64_t)(blockIdx.x - set.start[j]) * ROWS;
     return j == 0 ? set.job[0] : j == 1 ? set.job[1] : set.job[2];
+}
+
+
+// Output row o of batch row r, the sum s of its products: with the job's bias, into out (and
+// added into acc).
+__device__ __forceinline__ void gemv_put(const hx_cuda_gemv_job &job, int64_t o, int r, float s)
+{
+    const int64_t n_out = job.w.n_out;
+    s += job.bias ? job.bias[o] : 0.0f;
+    job.out[r * n_out + o] = s;
+    if (job.acc) job.acc[r * n_out + o] += s;
 }
 
 // The end of every GEMV block: each thread holds partial sums acc[k][r] (output row o0 + k,
@@ -348,9 +397,7 @@ __device__ __forceinline__ void gemv_store(const float (&acc)[GEMV_ROWS][R], int
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < GEMV_WARPS; i++) s += part[i][k][r];
-        s += job.bias ? job.bias[o0 + k] : 0.0f;
-        job.out[r * n_out + o0 + k] = s;
-        if (job.acc) job.acc[r * n_out + o0 + k] += s;
+        gemv_put(job, o0 + k, r, s);
     }
 }
 
@@ -692,6 +739,235 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
         }
     }
     gemv_store<R>(acc, o0, n_rows, job);
+}
+
+// ---- the tensor-core GEMV, 5 to 8 rows ----
+//
+// Beyond one row the GEMVs above are bound by arithmetic, not by the weights they share: each
+// batch row costs its own dp4a per weight word, so 8 rows took 8 times one row's time (14336 x
+// 4096 Q4_0: 9.8 us at 1 row, 83 at 8). Here the weights are the A operand of int8 MMAs
+// (mma.sync m16n8k32: 16 output rows by one 32-value block) and the batch rows are the 8
+// columns of B, x's high bytes in one MMA and its low bytes in another, so that 8 rows cost
+// little more than 2 (33 us at 8). For the formats with one scale (and offset) per row and
+// 32-value block, uploaded as codes apart from scales: Q4_0 (its codes moved to -8..7, no
+// offset), Q4_1 and Q8_0. At one row it is 2-3x slower than gemv_wide_kernel (ncu: DRAM 17%
+// busy, the SMs 46%, so issue and not memory bound; not yet understood), hence mma_rows.
+constexpr int MMA_WARPS = 8;
+constexpr int MMA_ROWS = 16;
+constexpr int MMA_KC = 32; // blocks of 32 values per stage
+
+template <int DT>
+constexpr bool gemv_mma()
+{
+    return DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1 || DT == HX_DT_Q8_0;
+}
+
+// c += a . b for the int8 m16n8k32 fragments (PTX ISA, "mma.m16n8k32"): thread (g, t) = (lane /
+// 4, lane % 4) holds a = A[g][4t..], A[g+8][4t..], A[g][16+4t..], A[g+8][16+4t..], b = B[4t..][g],
+// B[16+4t..][g] and c = C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1].
+__device__ __forceinline__ void mma_s8(int (&c)[4], const int (&a)[4], int b0, int b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else // never launched there (mma_rows)
+    (void)a, (void)b0, (void)b1;
+    c[0] = c[1] = c[2] = c[3] = 0;
+#endif
+}
+
+// Word t of a block's codes (Q8_0: words t and 4 + t) as the A fragment's two words of that
+// row: values 4t..4t+3 in *lo, 16+4t..16+4t+3 in *hi, signed bytes.
+template <int DT>
+__device__ __forceinline__ void mma_codes(const uint8_t *c, int *lo, int *hi)
+{
+    constexpr uint32_t LO4 = 0x0F0F0F0Fu, B3 = 0x08080808u;
+    if constexpr (DT == HX_DT_Q8_0) {
+        *lo = *(const int *)c;
+        *hi = *(const int *)(c + 16);
+    } else { // byte i holds value i (low nibble) and value i + 16 (high)
+        const uint32_t w = *(const uint32_t *)c;
+        uint32_t l = w & LO4, h = (w >> 4) & LO4;
+        if constexpr (DT == HX_DT_Q4_0) { // q - 8: bit 3 flipped, then sign-extended
+            l ^= B3, h ^= B3;
+            l |= (l & B3) * 0x1Eu, h |= (h & B3) * 0x1Eu;
+        }
+        *lo = (int)l;
+        *hi = (int)h;
+    }
+}
+
+// One stage of a block's staged inputs, MMA_KC blocks of 32 values: its 16 rows' codes, scales
+// (and Q4_1 offsets), and x's n_rows rows (high bytes, low bytes, scales). Rows are padded by 16
+// bytes so that the 8 rows a fragment load reads fall in different banks. x's part is sized by
+// n_rows, so that one row leaves room for more stages.
+template <int DT>
+struct mma_stage {
+    static constexpr int QB = DT == HX_DT_Q8_0 ? 32 : 16; // code bytes per block
+    static constexpr int WR = MMA_KC * QB + 16, XR = MMA_KC * 32 + 16, SR = MMA_KC + 8;
+    static constexpr int FIXED = MMA_ROWS * WR + MMA_ROWS * SR * 2 * (DT == HX_DT_Q4_1 ? 2 : 1);
+    uint8_t        *w, *x;  // [MMA_ROWS][WR]; [2][n_rows][XR]
+    uint16_t       *d, *m;  // [MMA_ROWS][SR] each
+    float          *xd;     // [n_rows][MMA_KC]
+    int             n_rows;
+    __device__ static int bytes(int n_rows) // a multiple of 16
+    {
+        return FIXED + n_rows * (2 * XR + MMA_KC * 4);
+    }
+    __device__ mma_stage(uint8_t *p, int rows) : n_rows(rows)
+    {
+        w = p;
+        d = (uint16_t *)(p + MMA_ROWS * WR);
+        m = d + (DT == HX_DT_Q4_1 ? MMA_ROWS * SR : 0);
+        x = p + FIXED;
+        xd = (float *)(x + 2 * rows * XR);
+    }
+};
+
+template <int DT>
+constexpr int mma_stage_max() // host side: a stage's bytes at 8 rows
+{
+    return mma_stage<DT>::FIXED + HX_CUDA_GEMV_ROWS * (2 * mma_stage<DT>::XR + MMA_KC * 4);
+}
+constexpr int MMA_STAGES = 4;
+
+// Copies blocks [b0, b0 + kc) of the block's rows (from o0; past n_out the last row) and of
+// x's rows into st, asynchronously: 16-byte pieces for codes and x, 4 for scales (kc and the
+// row's block count are even). Pieces are counted over a whole stage, so that every division
+// is by a power of two; those past kc are skipped.
+template <int DT>
+__device__ __forceinline__ void mma_load(const mma_stage<DT> &st, const hx_cuda_wmat &w,
+                                         int64_t o0, int64_t b0, int kc, const int8_t *xq,
+                                         const float *xd)
+{
+    using S = mma_stage<DT>;
+    constexpr int T = 32 * MMA_WARPS, WP = MMA_KC * S::QB / 16, XP = MMA_KC * 2, SP = MMA_KC / 2;
+    const int64_t nb = w.n_in / 32;
+    const int n_rows = st.n_rows;
+    const uint8_t *wq = (const uint8_t *)w.q + b0 * S::QB;
+    for (int i = threadIdx.x; i < MMA_ROWS * WP; i += T) {
+        const int r = i / WP, k = i % WP;
+        const int64_t o = o0 + r < w.n_out ? o0 + r : w.n_out - 1;
+        if (k < kc * S::QB / 16)
+            cp_async16(st.w + r * S::WR + 16 * k, wq + o * w.row_bytes + 16 * k, true);
+    }
+    for (int i = threadIdx.x; i < 2 * n_rows * XP; i += T) {
+        const int hr = i / XP, k = i % XP; // plane hr / n_rows, row hr % n_rows
+        if (k < kc * 2)
+            cp_async16(st.x + hr * S::XR + 16 * k, xq + (int64_t)hr * w.n_in + b0 * 32 + 16 * k,
+                       true);
+    }
+    for (int i = threadIdx.x; i < n_rows * MMA_KC; i += T) {
+        const int r = i / MMA_KC, k = i % MMA_KC;
+        if (k < kc) cp_async4(st.xd + r * MMA_KC + k, xd + r * nb + b0 + k);
+    }
+    for (int i = threadIdx.x; i < MMA_ROWS * SP; i += T) {
+        const int r = i / SP, k = i % SP;
+        const int64_t o = o0 + r < w.n_out ? o0 + r : w.n_out - 1;
+        if (2 * k < kc) {
+            cp_async4(st.d + r * S::SR + 2 * k, (const uint16_t *)w.scales + o * nb + b0 + 2 * k);
+            if constexpr (DT == HX_DT_Q4_1)
+                cp_async4(st.m + r * S::SR + 2 * k,
+                          (const uint16_t *)w.biases + o * nb + b0 + 2 * k);
+        }
+    }
+}
+
+// A block takes 16 output rows. Its threads copy the rows' codes and scales, and x, through
+// shared memory in stages of MMA_KC blocks, MMA_STAGES - 1 stages in flight while one is used
+// (cp.async: every global load of the kernel is a run of whole 16-byte pieces, each warp's
+// adjacent); its warps take the stage's blocks in turn, reading fragments from shared memory
+// without bank conflicts, and their sums meet in shared memory at the end.
+template <int DT>
+__global__ void __launch_bounds__(32 * MMA_WARPS)
+    gemv_mma_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,
+                    const float *__restrict__ xd, int n_rows)
+{
+    after_prior();
+    extern __shared__ uint4 mma_smem[];
+    using S = mma_stage<DT>;
+    int64_t o0;
+    const hx_cuda_gemv_job job = gemv_job<MMA_ROWS>(set, &o0);
+    const hx_cuda_wmat &w = job.w;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int64_t nb = w.n_in / 32;
+    const int n_stage = (int)((nb + MMA_KC - 1) / MMA_KC);
+    const int stage_bytes = S::bytes(n_rows);
+    auto stage = [&](int c) { // stage c's buffer
+        return S((uint8_t *)mma_smem + (c % MMA_STAGES) * stage_bytes, n_rows);
+    };
+    auto kc_of = [&](int c) { // stage c's blocks
+        const int64_t left = nb - (int64_t)c * MMA_KC;
+        return (int)(left < MMA_KC ? left : MMA_KC);
+    };
+    // B's column g is batch row g (zero past n_rows); C's columns 2t, 2t + 1 are batch rows
+    // 2t, 2t + 1, whose scales this thread applies.
+    const bool has_x = g < n_rows;
+    const int r0 = 2 * t < n_rows ? 2 * t : 0, r1 = 2 * t + 1 < n_rows ? 2 * t + 1 : 0;
+    float acc[4] = {};
+    for (int c = 0; c < MMA_STAGES - 1; c++) {
+        if (c < n_stage) mma_load<DT>(stage(c), w, o0, (int64_t)c * MMA_KC, kc_of(c), xq, xd);
+        cp_async_commit();
+    }
+    for (int c = 0; c < n_stage; c++) {
+        const int ahead = c + MMA_STAGES - 1;
+        if (ahead < n_stage)
+            mma_load<DT>(stage(ahead), w, o0, (int64_t)ahead * MMA_KC, kc_of(ahead), xq, xd);
+        cp_async_commit();
+        cp_async_wait<MMA_STAGES - 1>();
+        __syncthreads();
+        const S s = stage(c);
+        const int kc = kc_of(c);
+        for (int b = warp; b < kc; b += MMA_WARPS) {
+            int a[4], x[4] = {};
+            mma_codes<DT>(s.w + g * S::WR + b * S::QB + 4 * t, &a[0], &a[2]);
+            mma_codes<DT>(s.w + (g + 8) * S::WR + b * S::QB + 4 * t, &a[1], &a[3]);
+            if (has_x) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const uint8_t *xr = s.x + (h * n_rows + g) * S::XR + 32 * b + 4 * t;
+                    x[2 * h] = *(const int *)xr;
+                    x[2 * h + 1] = *(const int *)(xr + 16);
+                }
+            }
+            int hi[4] = {}, lo[4] = {};
+            mma_s8(hi, a, x[0], x[1]);
+            mma_s8(lo, a, x[2], x[3]);
+            float xs[2] = {}, m[2] = {}; // the offset's terms (Q4_1)
+            if constexpr (DT == HX_DT_Q4_1) {
+                const int ones[4] = {0x01010101, 0x01010101, 0x01010101, 0x01010101};
+                int sh[4] = {}, sl[4] = {};
+                mma_s8(sh, ones, x[0], x[1]);
+                mma_s8(sl, ones, x[2], x[3]);
+                xs[0] = (float)(256 * sh[0] + sl[0]);
+                xs[1] = (float)(256 * sh[1] + sl[1]);
+                m[0] = h2f(s.m[g * S::SR + b]);
+                m[1] = h2f(s.m[(g + 8) * S::SR + b]);
+            }
+            const float d[2] = {h2f(s.d[g * S::SR + b]), h2f(s.d[(g + 8) * S::SR + b])};
+            const float dx[2] = {s.xd[r0 * MMA_KC + b], s.xd[r1 * MMA_KC + b]};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = e / 2, r = e % 2; // output row g + 8i, batch row 2t + r
+                acc[e] += dx[r] * (d[i] * (float)(256 * hi[e] + lo[e]) + m[i] * xs[r]);
+            }
+        }
+        __syncthreads(); // a later stage's copies go into this buffer
+    }
+    cp_async_wait<0>();
+    float(*part)[MMA_ROWS][8] = (float(*)[MMA_ROWS][8])mma_smem;
+#pragma unroll
+    for (int e = 0; e < 4; e++) part[warp][g + 8 * (e / 2)][2 * t + e % 2] = acc[e];
+    __syncthreads();
+    const int k = threadIdx.x / 8, r = threadIdx.x % 8;
+    if (k < MMA_ROWS && r < n_rows && o0 + k < w.n_out) {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < MMA_WARPS; i++) s += part[i][k][r];
+        gemv_put(job, o0 + k, r, s);
+    }
 }
 
 // x rounded per 32 values to a high and a low byte: a warp per 32, lane i on value i.
@@ -1172,30 +1448,6 @@ constexpr size_t fa_smem() // two buffers of a K tile and a V tile
     return (size_t)2 * 2 * FA_K * fa_row<D>() * 2;
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-// 16 bytes from global to shared memory, asynchronously; zeros when !valid.
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)),
-                 "l"(src), "r"(valid ? 16 : 0)
-                 : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p)
 {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -1581,22 +1833,55 @@ void by_rows(int n, F f)
     else f(std::integral_constant<int, 8>{});
 }
 
+// The fewest rows the tensor-core GEMV takes: 5 (from there it is the faster, measured), or
+// HEARTH_CUDA_MMA_ROWS (1 to 9; 9: never); never before sm_80.
+int mma_rows()
+{
+    static const char *env = getenv("HEARTH_CUDA_MMA_ROWS");
+    static const int rows = env && atoi(env) >= 1 ? atoi(env) : 5;
+    return device_major() >= 8 ? rows : HX_CUDA_GEMV_ROWS + 1;
+}
+
 template <int DT> struct GemvLaunch {
     static void run(const hx_cuda_gemv_job *jobs, int n_jobs, const float *x, const int8_t *xq,
                     const float *xd, int64_t n_rows, hx_cuda_stream s)
     {
         gemv_set set = {};
-        unsigned g = 0;
         bool narrow = false; // MLX groups under 32 values: wide units would straddle them
         for (int k = 0; k < n_jobs; k++) {
             set.job[k] = jobs[k];
-            set.start[k] = g;
-            g += blocks_for(jobs[k].w.n_out, GEMV_ROWS);
             narrow = narrow || (DT == HX_DT_MLX4 && jobs[k].w.group_size % 32 != 0);
         }
         set.n = n_jobs;
-        const unsigned t = 32 * GEMV_WARPS;
+        // the jobs' first blocks, for blocks of `per` output rows; the number of blocks
+        auto blocks = [&](int per) {
+            unsigned g = 0;
+            for (int k = 0; k < n_jobs; k++) {
+                set.start[k] = g;
+                g += blocks_for(jobs[k].w.n_out, per);
+            }
+            return g;
+        };
         const int n = (int)n_rows;
+        if constexpr (gemv_mma<DT>()) {
+            bool even = true; // rows of an even number of blocks (4-byte scale pieces)
+            for (int k = 0; k < n_jobs; k++) even = even && jobs[k].w.n_in % 64 == 0;
+            if (n >= mma_rows() && even) {
+                static bool sized = false; // the opt-in above 48 KiB, once per process
+                if (!sized) {
+                    cudaFuncSetAttribute(gemv_mma_kernel<DT>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         MMA_STAGES * mma_stage_max<DT>());
+                    sized = true;
+                }
+                const size_t smem = (size_t)MMA_STAGES * (mma_stage<DT>::FIXED +
+                                                          n * (2 * mma_stage<DT>::XR + MMA_KC * 4));
+                launch(gemv_mma_kernel<DT>, blocks(MMA_ROWS), 32 * MMA_WARPS, smem, s, set, xq, xd,
+                       n);
+                return;
+            }
+        }
+        const unsigned g = blocks(GEMV_ROWS), t = 32 * GEMV_WARPS;
         by_rows(n, [&](auto rows) {
             constexpr int R = decltype(rows)::value;
             if constexpr (DT == HX_DT_F32 || DT == HX_DT_F16 || DT == HX_DT_BF16)
