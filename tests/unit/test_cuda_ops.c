@@ -589,11 +589,11 @@ static int joined_launches_of(hx_dtype fmt, int call)
     return 0;
 }
 
-/* Q4_K through the CUDA-core GEMV, Q4_0 through the tensor-core one. */
+/* MLX 4-bit through the CUDA-core GEMV, Q4_K through the tensor-core one (5 rows). */
 static int test_joined_launches(void)
 {
     NEED_GPU();
-    return joined_launches_of(HX_DT_Q4_K, 0) || joined_launches_of(HX_DT_Q4_0, 1);
+    return joined_launches_of(HX_DT_MLX4, 0) || joined_launches_of(HX_DT_Q4_K, 1);
 }
 
 /* Rows of every format's table, exactly as the reference dequantizer gives them. */

@@ -741,7 +741,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
     gemv_store<R>(acc, o0, n_rows, job);
 }
 
-// ---- the tensor-core GEMV, 5 to 8 rows ----
+// ---- the tensor-core GEMV, 3 or 5 to 8 rows ----
 //
 // Beyond one row the GEMVs above are bound by arithmetic, not by the weights they share: each
 // batch row costs its own dp4a per weight word, so 8 rows took 8 times one row's time (14336 x
@@ -749,9 +749,10 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
 // (mma.sync m16n8k32: 16 output rows by one 32-value block) and the batch rows are the 8
 // columns of B, x's high bytes in one MMA and its low bytes in another, so that 8 rows cost
 // little more than 2 (33 us at 8). For the formats with one scale (and offset) per row and
-// 32-value block, uploaded as codes apart from scales: Q4_0 (its codes moved to -8..7, no
-// offset), Q4_1 and Q8_0. At one row it is 2-3x slower than gemv_wide_kernel (ncu: DRAM 17%
-// busy, the SMs 46%, so issue and not memory bound; not yet understood), hence mma_rows.
+// 32-value block: Q4_0 (its codes moved to -8..7, no offset), Q4_1 and Q8_0 (uploaded as codes
+// apart from scales), and Q4_K (scale and offset per 32 values in each super-block). At one
+// row it is 2-3x slower than gemv_wide_kernel (ncu: DRAM 17% busy, the SMs 46%, so issue and
+// not memory bound; not yet understood), hence mma_rows.
 constexpr int MMA_WARPS = 8;
 constexpr int MMA_ROWS = 16;
 constexpr int MMA_KC = 32; // blocks of 32 values per stage
@@ -759,7 +760,7 @@ constexpr int MMA_KC = 32; // blocks of 32 values per stage
 template <int DT>
 constexpr bool gemv_mma()
 {
-    return DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1 || DT == HX_DT_Q8_0;
+    return DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1 || DT == HX_DT_Q8_0 || DT == HX_DT_Q4_K;
 }
 
 // c += a . b for the int8 m16n8k32 fragments (PTX ISA, "mma.m16n8k32"): thread (g, t) = (lane /
@@ -778,17 +779,26 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], const int (&a)[4], int b0, i
 #endif
 }
 
-// Word t of a block's codes (Q8_0: words t and 4 + t) as the A fragment's two words of that
-// row: values 4t..4t+3 in *lo, 16+4t..16+4t+3 in *hi, signed bytes.
+// The A fragment's two words of block b of a staged row, for thread t of the quad: values
+// 4t..4t+3 in *lo, 16+4t..16+4t+3 in *hi, as signed bytes. Q4_0/Q4_1: byte i of a block holds
+// value i (low nibble) and i + 16 (high); Q8_0: byte i, value i; Q4_K: sub-block s of a
+// super-block is the low (s even) or high nibbles of the 32 bytes at 16 + 32 (s / 2), byte i
+// value i.
 template <int DT>
-__device__ __forceinline__ void mma_codes(const uint8_t *c, int *lo, int *hi)
+__device__ __forceinline__ void mma_codes(const uint8_t *row, int b, int t, int *lo, int *hi)
 {
     constexpr uint32_t LO4 = 0x0F0F0F0Fu, B3 = 0x08080808u;
     if constexpr (DT == HX_DT_Q8_0) {
-        *lo = *(const int *)c;
-        *hi = *(const int *)(c + 16);
-    } else { // byte i holds value i (low nibble) and value i + 16 (high)
-        const uint32_t w = *(const uint32_t *)c;
+        *lo = *(const int *)(row + 32 * b + 4 * t);
+        *hi = *(const int *)(row + 32 * b + 16 + 4 * t);
+    } else if constexpr (DT == HX_DT_Q4_K) {
+        const int s = b & 7;
+        const uint8_t *q = row + (b >> 3) * 144 + 16 + 32 * (s >> 1) + 4 * t;
+        const int sh = 4 * (s & 1);
+        *lo = (int)((*(const uint32_t *)q >> sh) & LO4);
+        *hi = (int)((*(const uint32_t *)(q + 16) >> sh) & LO4);
+    } else {
+        const uint32_t w = *(const uint32_t *)(row + 16 * b + 4 * t);
         uint32_t l = w & LO4, h = (w >> 4) & LO4;
         if constexpr (DT == HX_DT_Q4_0) { // q - 8: bit 3 flipped, then sign-extended
             l ^= B3, h ^= B3;
@@ -800,14 +810,16 @@ __device__ __forceinline__ void mma_codes(const uint8_t *c, int *lo, int *hi)
 }
 
 // One stage of a block's staged inputs, MMA_KC blocks of 32 values: its 16 rows' codes, scales
-// (and Q4_1 offsets), and x's n_rows rows (high bytes, low bytes, scales). Rows are padded by 16
+// (and Q4_1 offsets; Q4_K: whole super-blocks), and x's n_rows rows (high bytes, low bytes, scales). Rows are padded by 16
 // bytes so that the 8 rows a fragment load reads fall in different banks. x's part is sized by
 // n_rows, so that one row leaves room for more stages.
 template <int DT>
 struct mma_stage {
-    static constexpr int QB = DT == HX_DT_Q8_0 ? 32 : 16; // code bytes per block
+    // bytes per 32-value block of a row (Q4_K: a super-block's 144 bytes for 8, scales in them)
+    static constexpr int QB = DT == HX_DT_Q8_0 ? 32 : DT == HX_DT_Q4_K ? 18 : 16;
     static constexpr int WR = MMA_KC * QB + 16, XR = MMA_KC * 32 + 16, SR = MMA_KC + 8;
-    static constexpr int FIXED = MMA_ROWS * WR + MMA_ROWS * SR * 2 * (DT == HX_DT_Q4_1 ? 2 : 1);
+    static constexpr int N_SB = DT == HX_DT_Q4_K ? 0 : DT == HX_DT_Q4_1 ? 2 : 1; // d, m arrays
+    static constexpr int FIXED = MMA_ROWS * WR + MMA_ROWS * SR * 2 * N_SB;
     uint8_t        *w, *x;  // [MMA_ROWS][WR]; [2][n_rows][XR]
     uint16_t       *d, *m;  // [MMA_ROWS][SR] each
     float          *xd;     // [n_rows][MMA_KC]
@@ -820,11 +832,28 @@ struct mma_stage {
     {
         w = p;
         d = (uint16_t *)(p + MMA_ROWS * WR);
-        m = d + (DT == HX_DT_Q4_1 ? MMA_ROWS * SR : 0);
+        m = d + (N_SB == 2 ? MMA_ROWS * SR : 0);
         x = p + FIXED;
         xd = (float *)(x + 2 * rows * XR);
     }
 };
+
+// Scale d and offset m of block b of staged row `row` (value = d q + m).
+template <int DT>
+__device__ __forceinline__ void mma_scale(const mma_stage<DT> &s, int row, int b, float *d,
+                                          float *m)
+{
+    if constexpr (DT == HX_DT_Q4_K) {
+        const uint8_t *p = s.w + row * mma_stage<DT>::WR + (b >> 3) * 144;
+        int sc, mn;
+        k_scale_min(p + 4, b & 7, &sc, &mn);
+        *d = h2f(*(const uint16_t *)p) * (float)sc;
+        *m = -h2f(*(const uint16_t *)(p + 2)) * (float)mn;
+    } else {
+        *d = h2f(s.d[row * mma_stage<DT>::SR + b]);
+        *m = DT == HX_DT_Q4_1 ? h2f(s.m[row * mma_stage<DT>::SR + b]) : 0.0f;
+    }
+}
 
 template <int DT>
 constexpr int mma_stage_max() // host side: a stage's bytes at 8 rows
@@ -863,14 +892,17 @@ __device__ __forceinline__ void mma_load(const mma_stage<DT> &st, const hx_cuda_
         const int r = i / MMA_KC, k = i % MMA_KC;
         if (k < kc) cp_async4(st.xd + r * MMA_KC + k, xd + r * nb + b0 + k);
     }
-    for (int i = threadIdx.x; i < MMA_ROWS * SP; i += T) {
-        const int r = i / SP, k = i % SP;
-        const int64_t o = o0 + r < w.n_out ? o0 + r : w.n_out - 1;
-        if (2 * k < kc) {
-            cp_async4(st.d + r * S::SR + 2 * k, (const uint16_t *)w.scales + o * nb + b0 + 2 * k);
-            if constexpr (DT == HX_DT_Q4_1)
-                cp_async4(st.m + r * S::SR + 2 * k,
-                          (const uint16_t *)w.biases + o * nb + b0 + 2 * k);
+    if constexpr (S::N_SB > 0) { // Q4_K: the scales came with the codes
+        for (int i = threadIdx.x; i < MMA_ROWS * SP; i += T) {
+            const int r = i / SP, k = i % SP;
+            const int64_t o = o0 + r < w.n_out ? o0 + r : w.n_out - 1;
+            if (2 * k < kc) {
+                cp_async4(st.d + r * S::SR + 2 * k,
+                          (const uint16_t *)w.scales + o * nb + b0 + 2 * k);
+                if constexpr (DT == HX_DT_Q4_1)
+                    cp_async4(st.m + r * S::SR + 2 * k,
+                              (const uint16_t *)w.biases + o * nb + b0 + 2 * k);
+            }
         }
     }
 }
@@ -922,8 +954,8 @@ __global__ void __launch_bounds__(32 * MMA_WARPS)
         const int kc = kc_of(c);
         for (int b = warp; b < kc; b += MMA_WARPS) {
             int a[4], x[4] = {};
-            mma_codes<DT>(s.w + g * S::WR + b * S::QB + 4 * t, &a[0], &a[2]);
-            mma_codes<DT>(s.w + (g + 8) * S::WR + b * S::QB + 4 * t, &a[1], &a[3]);
+            mma_codes<DT>(s.w + g * S::WR, b, t, &a[0], &a[2]);
+            mma_codes<DT>(s.w + (g + 8) * S::WR, b, t, &a[1], &a[3]);
             if (has_x) {
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
@@ -935,18 +967,17 @@ __global__ void __launch_bounds__(32 * MMA_WARPS)
             int hi[4] = {}, lo[4] = {};
             mma_s8(hi, a, x[0], x[1]);
             mma_s8(lo, a, x[2], x[3]);
-            float xs[2] = {}, m[2] = {}; // the offset's terms (Q4_1)
-            if constexpr (DT == HX_DT_Q4_1) {
+            float xs[2] = {}, d[2], m[2]; // the offset's terms (Q4_1, Q4_K)
+            mma_scale<DT>(s, g, b, &d[0], &m[0]);
+            mma_scale<DT>(s, g + 8, b, &d[1], &m[1]);
+            if constexpr (DT == HX_DT_Q4_1 || DT == HX_DT_Q4_K) {
                 const int ones[4] = {0x01010101, 0x01010101, 0x01010101, 0x01010101};
                 int sh[4] = {}, sl[4] = {};
                 mma_s8(sh, ones, x[0], x[1]);
                 mma_s8(sl, ones, x[2], x[3]);
                 xs[0] = (float)(256 * sh[0] + sl[0]);
                 xs[1] = (float)(256 * sh[1] + sl[1]);
-                m[0] = h2f(s.m[g * S::SR + b]);
-                m[1] = h2f(s.m[(g + 8) * S::SR + b]);
             }
-            const float d[2] = {h2f(s.d[g * S::SR + b]), h2f(s.d[(g + 8) * S::SR + b])};
             const float dx[2] = {s.xd[r0 * MMA_KC + b], s.xd[r1 * MMA_KC + b]};
 #pragma unroll
             for (int e = 0; e < 4; e++) {
@@ -1833,13 +1864,15 @@ void by_rows(int n, F f)
     else f(std::integral_constant<int, 8>{});
 }
 
-// The fewest rows the tensor-core GEMV takes: 5 (from there it is the faster, measured), or
-// HEARTH_CUDA_MMA_ROWS (1 to 9; 9: never); never before sm_80.
-int mma_rows()
+// The fewest rows of a dtype the tensor-core GEMV takes: from where it is the faster, measured
+// (Q4_K 3, whose dp4a kernel slows the most with rows; the others 5), or HEARTH_CUDA_MMA_ROWS
+// (1 to 9; 9: never); never before sm_80.
+int mma_rows(int dtype)
 {
     static const char *env = getenv("HEARTH_CUDA_MMA_ROWS");
-    static const int rows = env && atoi(env) >= 1 ? atoi(env) : 5;
-    return device_major() >= 8 ? rows : HX_CUDA_GEMV_ROWS + 1;
+    static const int rows = env && atoi(env) >= 1 ? atoi(env) : 0;
+    if (device_major() < 8) return HX_CUDA_GEMV_ROWS + 1;
+    return rows ? rows : dtype == HX_DT_Q4_K ? 3 : 5;
 }
 
 template <int DT> struct GemvLaunch {
@@ -1866,7 +1899,7 @@ template <int DT> struct GemvLaunch {
         if constexpr (gemv_mma<DT>()) {
             bool even = true; // rows of an even number of blocks (4-byte scale pieces)
             for (int k = 0; k < n_jobs; k++) even = even && jobs[k].w.n_in % 64 == 0;
-            if (n >= mma_rows() && even) {
+            if (n >= mma_rows(DT) && even) {
                 static bool sized = false; // the opt-in above 48 KiB, once per process
                 if (!sized) {
                     cudaFuncSetAttribute(gemv_mma_kernel<DT>,

@@ -49,8 +49,8 @@ typedef struct {
  * Float formats read x; block formats (hx_cuda_gemv_int8) read it rounded to 16-bit integers
  * instead, xq and xd from hx_cuda_quantize_x of those rows (relative error ~2e-5 against f32 x:
  * the integer dot products of llama.cpp, whose 8-bit activations err by ~4e-3, done twice).
- * From 5 rows, Q4_0, Q4_1 and Q8_0 rows of a multiple of 64 values take those products on the
- * tensor cores (int8 MMAs; the same integers, summed in another order). */
+ * From 5 rows (Q4_K: 3), Q4_0, Q4_1, Q8_0 and Q4_K rows of a multiple of 64 values take those
+ * products on the tensor cores (int8 MMAs; the same integers, summed in another order). */
 #define HX_CUDA_GEMV_ROWS 8
 int hx_cuda_gemv_int8(int32_t dtype);
 void hx_cuda_gemv(const hx_cuda_gemv_job *jobs, int n_jobs, const float *x, const int8_t *xq,
