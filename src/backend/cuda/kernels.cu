@@ -42,16 +42,20 @@ __device__ __forceinline__ void after_prior()
 #endif
 }
 
-// The compute capability's major number of the current device (-1 when it cannot be had).
-int device_major()
+// Attribute A of the current device, asked once per device (-1 when it cannot be had).
+template <cudaDeviceAttr A>
+int device_attr()
 {
-    static int major[64]; // per device: 0 until asked
+    static int v[64]; // per device: 0 until asked
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return -1;
-    if (major[dev] == 0 &&
-        cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-        major[dev] = -1;
-    return major[dev];
+    if (v[dev] == 0 && cudaDeviceGetAttribute(&v[dev], A, dev) != cudaSuccess) v[dev] = -1;
+    return v[dev];
+}
+
+int device_major()
+{
+    return device_attr<cudaDevAttrComputeCapabilityMajor>();
 }
 
 bool dependent_launch()
@@ -1864,6 +1868,13 @@ void by_rows(int n, F f)
     else f(std::integral_constant<int, 8>{});
 }
 
+// The shared memory a block of the current device may opt in to (0 when it cannot be had).
+int smem_optin()
+{
+    const int b = device_attr<cudaDevAttrMaxSharedMemoryPerBlockOptin>();
+    return b > 0 ? b : 0;
+}
+
 // The fewest rows of a dtype the tensor-core GEMV takes: from where it is the faster, measured
 // (Q4_K 3, whose dp4a kernel slows the most with rows; the others 5), or HEARTH_CUDA_MMA_ROWS
 // (1 to 9; 9: never); never before sm_80.
@@ -1899,18 +1910,20 @@ template <int DT> struct GemvLaunch {
         if constexpr (gemv_mma<DT>()) {
             bool even = true; // rows of an even number of blocks (4-byte scale pieces)
             for (int k = 0; k < n_jobs; k++) even = even && jobs[k].w.n_in % 64 == 0;
-            if (n >= mma_rows(DT) && even) {
+            const int smem = MMA_STAGES * (mma_stage<DT>::FIXED +
+                                           n * (2 * mma_stage<DT>::XR + MMA_KC * 4));
+            // 8 rows of Q8_0 take 142 KB: more than an sm_89 block may have (99 KB)
+            if (n >= mma_rows(DT) && even && smem <= smem_optin()) {
                 static bool sized = false; // the opt-in above 48 KiB, once per process
                 if (!sized) {
+                    const int most = MMA_STAGES * mma_stage_max<DT>();
                     cudaFuncSetAttribute(gemv_mma_kernel<DT>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         MMA_STAGES * mma_stage_max<DT>());
+                                         most < smem_optin() ? most : smem_optin());
                     sized = true;
                 }
-                const size_t smem = (size_t)MMA_STAGES * (mma_stage<DT>::FIXED +
-                                                          n * (2 * mma_stage<DT>::XR + MMA_KC * 4));
-                launch(gemv_mma_kernel<DT>, blocks(MMA_ROWS), 32 * MMA_WARPS, smem, s, set, xq, xd,
-                       n);
+                launch(gemv_mma_kernel<DT>, blocks(MMA_ROWS), 32 * MMA_WARPS, (size_t)smem, s, set,
+                       xq, xd, n);
                 return;
             }
         }
