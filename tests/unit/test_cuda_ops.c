@@ -315,6 +315,20 @@ static int test_matmul_chunks(void)
     return 0;
 }
 
+/* A Q4_0 weight a and a Q6_K weight b of n_out x n_in, made and given to the GPU (*pa, *pb): two
+ * formats whose matmuls take different kernels. */
+static int q4_0_and_q6_k(weight *a, weight *b, int64_t n_out, int64_t n_in, const hx_tensor **pa,
+                         const hx_tensor **pb)
+{
+    hx_err err = {0};
+    if (weight_make(a, HX_DT_Q4_0, n_out, n_in) || weight_make(b, HX_DT_Q6_K, n_out, n_in))
+        return 1;
+    *pa = gpu->weight(gpu, &a->t, &err);
+    *pb = gpu->weight(gpu, &b->t, &err);
+    CHECK(*pa && *pb);
+    return 0;
+}
+
 /* GEMMs (more rows than the GEMV takes) in a row with the same input share its conversion to
  * f16; an op that changes the input in between, or another input, makes the next convert. */
 static int test_gemm_input_reuse(void)
@@ -323,10 +337,8 @@ static int test_gemm_input_reuse(void)
     hx_err err = {0};
     enum { N_IN = 256, N_OUT = 96, ROWS = 19 };
     static weight a, b;
-    if (weight_make(&a, HX_DT_Q4_0, N_OUT, N_IN) || weight_make(&b, HX_DT_Q6_K, N_OUT, N_IN))
-        return 1;
-    const hx_tensor *pa = gpu->weight(gpu, &a.t, &err), *pb = gpu->weight(gpu, &b.t, &err);
-    CHECK(pa && pb);
+    const hx_tensor *pa, *pb;
+    if (q4_0_and_q6_k(&a, &b, N_OUT, N_IN, &pa, &pb)) return 1;
     CHECK(gpu->reserve(gpu, N_IN, 64, &err) == HX_OK);
     static float x[ROWS * N_IN], y[ROWS * N_IN], xr[ROWS * N_IN], got[ROWS * N_OUT],
         want[ROWS * N_OUT];
@@ -364,13 +376,10 @@ static int test_gemm_input_reuse(void)
 static int test_gemv_input_reuse(void)
 {
     NEED_GPU();
-    hx_err err = {0};
     enum { N_IN = 256, N_OUT = 96, ROWS = 2 };
     static weight a, b;
-    if (weight_make(&a, HX_DT_Q4_0, N_OUT, N_IN) || weight_make(&b, HX_DT_Q6_K, N_OUT, N_IN))
-        return 1;
-    const hx_tensor *pa = gpu->weight(gpu, &a.t, &err), *pb = gpu->weight(gpu, &b.t, &err);
-    CHECK(pa && pb);
+    const hx_tensor *pa, *pb;
+    if (q4_0_and_q6_k(&a, &b, N_OUT, N_IN, &pa, &pb)) return 1;
     float x[ROWS * N_IN], xr[ROWS * N_IN], got[ROWS * N_OUT], want[ROWS * N_OUT];
     fill(x, ROWS * N_IN, -1, 1);
     float *dx = dev(x, ROWS * N_IN), *d1 = dev(NULL, ROWS * N_OUT), *d2 = dev(NULL, ROWS * N_OUT);

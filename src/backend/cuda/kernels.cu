@@ -759,7 +759,8 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
 // not memory bound; not yet understood), hence mma_rows.
 constexpr int MMA_WARPS = 8;
 constexpr int MMA_ROWS = 16;
-constexpr int MMA_KC = 32; // blocks of 32 values per stage
+constexpr int MMA_KC = 32;    // blocks of 32 values per stage
+constexpr int MMA_STAGES = 4; // shared buffers of a block (one in use, the rest in flight)
 
 template <int DT>
 constexpr bool gemv_mma()
@@ -814,9 +815,9 @@ __device__ __forceinline__ void mma_codes(const uint8_t *row, int b, int t, int 
 }
 
 // One stage of a block's staged inputs, MMA_KC blocks of 32 values: its 16 rows' codes, scales
-// (and Q4_1 offsets; Q4_K: whole super-blocks), and x's n_rows rows (high bytes, low bytes, scales). Rows are padded by 16
-// bytes so that the 8 rows a fragment load reads fall in different banks. x's part is sized by
-// n_rows, so that one row leaves room for more stages.
+// (and Q4_1 offsets; Q4_K: whole super-blocks), and x's n_rows rows (high bytes, low bytes,
+// scales). Rows are padded by 16 bytes so that the 8 rows a fragment load reads fall in
+// different banks. x's part is sized by n_rows, so that one row leaves room for more stages.
 template <int DT>
 struct mma_stage {
     // bytes per 32-value block of a row (Q4_K: a super-block's 144 bytes for 8, scales in them)
@@ -828,7 +829,7 @@ struct mma_stage {
     uint16_t       *d, *m;  // [MMA_ROWS][SR] each
     float          *xd;     // [n_rows][MMA_KC]
     int             n_rows;
-    __device__ static int bytes(int n_rows) // a multiple of 16
+    __host__ __device__ static constexpr int bytes(int n_rows) // a multiple of 16
     {
         return FIXED + n_rows * (2 * XR + MMA_KC * 4);
     }
@@ -858,13 +859,6 @@ __device__ __forceinline__ void mma_scale(const mma_stage<DT> &s, int row, int b
         *m = DT == HX_DT_Q4_1 ? h2f(s.m[row * mma_stage<DT>::SR + b]) : 0.0f;
     }
 }
-
-template <int DT>
-constexpr int mma_stage_max() // host side: a stage's bytes at 8 rows
-{
-    return mma_stage<DT>::FIXED + HX_CUDA_GEMV_ROWS * (2 * mma_stage<DT>::XR + MMA_KC * 4);
-}
-constexpr int MMA_STAGES = 4;
 
 // Copies blocks [b0, b0 + kc) of the block's rows (from o0; past n_out the last row) and of
 // x's rows into st, asynchronously: 16-byte pieces for codes and x, 4 for scales (kc and the
@@ -1908,15 +1902,14 @@ template <int DT> struct GemvLaunch {
         };
         const int n = (int)n_rows;
         if constexpr (gemv_mma<DT>()) {
-            bool even = true; // rows of an even number of blocks (4-byte scale pieces)
-            for (int k = 0; k < n_jobs; k++) even = even && jobs[k].w.n_in % 64 == 0;
-            const int smem = MMA_STAGES * (mma_stage<DT>::FIXED +
-                                           n * (2 * mma_stage<DT>::XR + MMA_KC * 4));
+            // rows of an even number of blocks (4-byte scale pieces); every job's n_in is one
+            const bool even = jobs[0].w.n_in % 64 == 0;
+            const int smem = MMA_STAGES * mma_stage<DT>::bytes(n);
             // 8 rows of Q8_0 take 142 KB: more than an sm_89 block may have (99 KB)
             if (n >= mma_rows(DT) && even && smem <= smem_optin()) {
                 static bool sized = false; // the opt-in above 48 KiB, once per process
                 if (!sized) {
-                    const int most = MMA_STAGES * mma_stage_max<DT>();
+                    const int most = MMA_STAGES * mma_stage<DT>::bytes(HX_CUDA_GEMV_ROWS);
                     cudaFuncSetAttribute(gemv_mma_kernel<DT>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          most < smem_optin() ? most : smem_optin());
