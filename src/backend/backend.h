@@ -99,6 +99,20 @@ static inline int64_t hx_moe_work_floats(int64_t n_tok, int64_t d_model, int64_t
     return n_tok * (2 * d_model + 2 * d_ff + 3 * (int64_t)n_used + 1) + n_expert + 1;
 }
 
+/* One row's draw for the optional `sample` op: the truncation and draw of the sampler chain
+ * (sample/sampler.h): the top_k best logits (ties: the lower id), softmax at `temperature`,
+ * top-p over the mass of those k, min-p relative to the best, then the candidate, walking from the
+ * best, at which u times the kept weights' sum is used up. u is taken on the host from the
+ * sequence's own generator, so the token is the one the host sampler would draw from the same
+ * logits (up to the last bit of a sum). */
+typedef struct {
+    float   temperature; /* 0: the argmax (ties: the lower id) */
+    int32_t top_k;       /* 1..HX_SAMPLE_TOP_K; 0: the row is not drawn by the backend */
+    float   top_p, min_p;
+    double  u;           /* in [0, 1) */
+} hx_sample_row;
+#define HX_SAMPLE_TOP_K 256
+
 struct hx_backend {
     const char *name;
     void       *impl; /* the backend's own state */
@@ -179,6 +193,12 @@ struct hx_backend {
     void (*scale)(hx_backend *be, float *x, float s, int64_t n);
     /* x = cap * tanh(x / cap), n elements (final logit soft-capping; cap > 0). */
     void (*softcap)(hx_backend *be, float *x, float cap, int64_t n);
+    /* Optional (NULL on the CPU, whose sampler reads the logits where they are): draws a token
+     * from each row i of logits [n, n_vocab] whose rows[i].top_k > 0 and writes it to tokens[i]
+     * (host memory; the other rows' entries are left alone), so that a step copies back token
+     * ids instead of whole rows of logits. */
+    void (*sample)(hx_backend *be, const float *logits, int64_t n, int64_t n_vocab,
+                   const hx_sample_row *rows, int32_t *tokens);
 
     void (*destroy)(hx_backend *be);
 };

@@ -64,6 +64,8 @@ struct hx_executor {
     int32_t          *ids, *pos, *seq, *logit_rows;
     hx_kv_seq        *kvs, *kvs_swa;
     float            *logits;  /* [n_batch, n_vocab] */
+    hx_sample_row     draws[64]; /* per logit row: drawn by the backend when top_k > 0 */
+    int32_t           drawn[64];
 };
 
 /* ---- completions and events ---- */
@@ -362,10 +364,22 @@ static void step(hx_executor *ex)
     }
     {
         hx_err err = {0};
-        if (n_logits == 0) ex->logit_rows[n_logits++] = n_rows - 1; /* a prefill middle chunk */
+        /* The backend draws the tokens it can (only ids come back); a prefill middle chunk's
+         * row, whose logits nobody uses, it "draws" greedily rather than copy it back. */
+        const bool draw = ex->m->be->sample != NULL;
+        if (n_logits == 0) {
+            ex->logit_rows[n_logits++] = n_rows - 1;
+            ex->draws[0] = (hx_sample_row){.top_k = 1};
+        }
+        for (int32_t i = 0; i < n_seqs && draw; i++) {
+            slot *sl = in_batch[i];
+            if (sl->i_logit >= 0 && !hx_gen_device_row(sl->gen, &ex->draws[sl->i_logit]))
+                ex->draws[sl->i_logit].top_k = 0;
+        }
         const hx_batch b = {.n_tok = n_rows, .tokens = ex->ids, .pos = ex->pos, .seq = ex->seq,
                             .seqs = ex->kvs, .seqs_swa = ex->kvs_swa, .n_seqs = n_seqs,
-                            .logit_rows = ex->logit_rows, .n_logits = n_logits};
+                            .logit_rows = ex->logit_rows, .n_logits = n_logits,
+                            .draws = draw ? ex->draws : NULL, .drawn = ex->drawn};
         hx_kv_store *swa = ex->pool_swa ? &ex->pool_swa->store : NULL;
         const hx_status st = hx_llm_forward(ex->m, &ex->pool->store, swa, &b, ex->logits, &err);
         const int32_t n_vocab = ex->m->hp.n_vocab;
@@ -376,8 +390,11 @@ static void step(hx_executor *ex)
                 slot_finish(ex, sl, st, err.msg);
                 continue;
             }
-            hx_gen_fed(sl->gen, sl->rows,
-                       sl->i_logit >= 0 ? ex->logits + (size_t)sl->i_logit * n_vocab : NULL);
+            if (draw && sl->i_logit >= 0 && ex->draws[sl->i_logit].top_k > 0)
+                hx_gen_fed_token(sl->gen, sl->rows, ex->drawn[sl->i_logit]);
+            else
+                hx_gen_fed(sl->gen, sl->rows,
+                           sl->i_logit >= 0 ? ex->logits + (size_t)sl->i_logit * n_vocab : NULL);
             if (!sl->prompt_cached && sl->i_logit >= 0) {
                 /* The prompt is in the cache now: a request with the same beginning that arrives
                  * while this one still generates starts after it. Its full blocks are final;

@@ -371,14 +371,12 @@ static void emit(hx_gen *g, const char *text, size_t len, const hx_token_logprob
     if (g->cb && !g->cb(text, len, lp, g->user)) hx_gen_cancel(g);
 }
 
-/* Samples the next token from logits and handles what it means: the end of the turn, text
- * (held back while a stop string may be forming), a stop string, the length limits. */
-static void sample_next(hx_gen *g, float *logits)
+/* Handles what the next token means: the end of the turn, text (held back while a stop string
+ * may be forming), a stop string, the length limits. lp: its log-probabilities, when wanted. */
+static void take_token(hx_gen *g, int32_t tok, const hx_token_logprobs *lp)
 {
     hx_sequence *s = g->s;
     hx_gen_stats *st = &g->stats;
-    hx_token_logprobs lp_rec, *lp = g->gp->logprobs ? &lp_rec : NULL;
-    const int32_t tok = hx_sampler_sample(g->smp, logits, lp);
     if (st->n_gen == 0) {
         g->t_first = hx_now_ms();
         st->first_ms = g->t_first - g->t0;
@@ -433,15 +431,34 @@ static void sample_next(hx_gen *g, float *logits)
     if (st->n_gen >= g->limit || g->n_known >= s->n_ctx) g->done = true; /* finish: LENGTH */
 }
 
-void hx_gen_fed(hx_gen *g, int32_t rows, float *logits)
+/* Counts the rows a step fed; false when there is nothing to sample (done, or cancelled now). */
+static bool fed(hx_gen *g, int32_t rows)
 {
     g->s->n_tokens += rows;
-    if (g->done) return;
+    if (g->done) return false;
     if (g->gp->cancelled && g->gp->cancelled(g->user)) {
         hx_gen_cancel(g);
-        return;
+        return false;
     }
-    if (logits) sample_next(g, logits);
+    return true;
+}
+
+void hx_gen_fed(hx_gen *g, int32_t rows, float *logits)
+{
+    if (!fed(g, rows) || !logits) return;
+    hx_token_logprobs lp_rec, *lp = g->gp->logprobs ? &lp_rec : NULL;
+    const int32_t tok = hx_sampler_sample(g->smp, logits, lp);
+    take_token(g, tok, lp);
+}
+
+bool hx_gen_device_row(hx_gen *g, hx_sample_row *row)
+{
+    return !g->done && !g->gp->logprobs && hx_sampler_device_row(g->smp, row);
+}
+
+void hx_gen_fed_token(hx_gen *g, int32_t rows, int32_t token)
+{
+    if (fed(g, rows)) take_token(g, token, NULL);
 }
 
 hx_status hx_gen_end(hx_gen *g, hx_gen_stats *stats, hx_err *err)
@@ -493,12 +510,18 @@ hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
         hx_gen_rows(g, rows, 0, s->ids, s->pos, s->seq, &kvs, &kvs_swa);
         s->rows[0] = rows - 1; /* a middle chunk's logits are not used, but cost one row */
         const bool last = rows == pending;
+        /* The backend draws the token where it can; a middle chunk's row it "draws" greedily,
+         * which is cheaper than copying the row back for nothing. */
+        hx_sample_row draw = {.top_k = 1};
+        int32_t drawn = -1;
+        const bool on_device = s->m->be->sample && (!last || hx_gen_device_row(g, &draw));
         hx_batch b = {.n_tok = rows, .tokens = s->ids, .pos = s->pos, .seq = s->seq,
                       .seqs = &kvs, .seqs_swa = &kvs_swa, .n_seqs = 1, .logit_rows = s->rows,
-                      .n_logits = 1};
+                      .n_logits = 1, .draws = on_device ? &draw : NULL, .drawn = &drawn};
         hx_kv_store *swa = s->pool_swa ? &s->pool_swa->store : NULL;
         if ((st = hx_llm_forward(s->m, &s->pool->store, swa, &b, s->logits, err)) != HX_OK) break;
-        hx_gen_fed(g, rows, last ? s->logits : NULL);
+        if (on_device && last) hx_gen_fed_token(g, rows, drawn);
+        else hx_gen_fed(g, rows, last ? s->logits : NULL);
     }
     const hx_status end = hx_gen_end(g, stats, err);
     return st != HX_OK ? st : end;

@@ -387,6 +387,8 @@ hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, hx_kv_store *kv_swa, const 
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= T)
             return hx_err_set(err, HX_E_INVALID, "logit row %d outside the batch",
                               b->logit_rows[i]);
+    if (b->draws && !be->sample)
+        return hx_err_set(err, HX_E_INVALID, "the %s backend does not draw tokens", be->name);
     const float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hp->d_head);
     be->embed(be, m->tok_embd, b->tokens, T, m->x);
     if (m->embed_scale > 0) be->scale(be, m->x, m->embed_scale, T * d);
@@ -452,7 +454,19 @@ hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, hx_kv_store *kv_swa, const 
         be->rmsnorm(be, m->h, m->out_norm, n, d, hp->norm_eps, m->h);
         be->matmul(be, m->output, NULL, m->h, n, m->logits);
         if (hp->final_softcap > 0) be->softcap(be, m->logits, hp->final_softcap, n * V);
-        be->read(be, logits + i0 * V, m->logits, (size_t)(n * V) * sizeof(float));
+        if (!b->draws) {
+            be->read(be, logits + i0 * V, m->logits, (size_t)(n * V) * sizeof(float));
+            continue;
+        }
+        be->sample(be, m->logits, n, V, b->draws + i0, b->drawn + i0);
+        for (int64_t i = 0; i < n;) { /* the rows the host samples from, a run at a time */
+            int64_t e = i;
+            while (e < n && b->draws[i0 + e].top_k <= 0) e++;
+            if (e > i)
+                be->read(be, logits + (i0 + i) * V, m->logits + i * V,
+                         (size_t)((e - i) * V) * sizeof(float));
+            i = e + 1;
+        }
     }
     return HX_OK;
 }

@@ -47,6 +47,11 @@ typedef struct {
     int32_t          n_seqs;
     const int32_t   *logit_rows; /* rows whose logits are wanted, ascending */
     int64_t          n_logits;
+    /* Optional, only with a backend that has `sample` (NULL: every logit row is read): per logit
+     * row, a draw the backend makes where draws[i].top_k > 0, its token written to drawn[i]
+     * instead of the row's logits to the host. */
+    const hx_sample_row *draws;
+    int32_t             *drawn;
 } hx_batch;
 
 typedef struct hx_llm {
@@ -100,7 +105,8 @@ hx_status hx_llm_open(const hx_model_files *mf, hx_backend *be, int64_t max_tok,
 void      hx_llm_close(hx_llm *m);
 
 /* Runs one step: stores the batch's K/V in the cache and writes the logits of
- * batch->logit_rows into logits ([n_logits, n_vocab], host memory). kv_swa NULL: kv holds every
+ * batch->logit_rows into logits ([n_logits, n_vocab], host memory; a row the backend drew from
+ * is left alone). HX_E_INVALID for draws on a backend without `sample`. kv_swa NULL: kv holds every
  * layer (n_layer of them). Else (a model with hx_hparams_n_swa_layers > 0) the sliding layers'
  * K/V go to kv_swa through batch->seqs_swa, whose tables need only hold each row's window, and
  * the other layers' to kv. */

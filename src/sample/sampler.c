@@ -360,3 +360,17 @@ int32_t hx_sampler_sample(hx_sampler *s, float *logits, hx_token_logprobs *lp)
     }
     return chosen;
 }
+
+bool hx_sampler_device_row(hx_sampler *s, hx_sample_row *row)
+{
+    const hx_sampling *p = &s->p;
+    if (p->n_bias > 0 || s->g_active || p->repeat_penalty != 1.0f ||
+        p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f)
+        return false;
+    const bool greedy = !(p->temperature > 0.0f);
+    if (!greedy && (p->top_k < 1 || p->top_k > HX_SAMPLE_TOP_K)) return false;
+    *row = (hx_sample_row){.temperature = greedy ? 0.0f : p->temperature,
+                           .top_k = greedy ? 1 : p->top_k, .top_p = p->top_p,
+                           .min_p = p->min_p, .u = greedy ? 0.0 : next_unit(s->rng)};
+    return true;
+}

@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "base/err.h"
 #include "sample/grammar.h"
 
@@ -105,5 +106,14 @@ bool hx_sampler_grammar_active(const hx_sampler *s);
  * returned is considered kept: its bytes advance the grammar here (an end token leaves the
  * grammar where it is). */
 int32_t hx_sampler_sample(hx_sampler *s, float *logits, hx_token_logprobs *lp);
+
+/* Whether a backend's `sample` op (backend/backend.h) can draw the next token instead of
+ * hx_sampler_sample: when the chain is only truncation and a draw (no bias, no penalties, no
+ * active grammar) with top_k in 1..HX_SAMPLE_TOP_K, or temperature 0. Then it fills *row and
+ * takes the draw's number from the generator as hx_sampler_sample would have, so the token the
+ * op returns is the one hx_sampler_sample would have given, and the generator stays in step.
+ * The token is kept as from hx_sampler_sample (hx_sampler_accept). Log-probabilities are not
+ * computed there: a caller that wants them calls hx_sampler_sample. */
+bool hx_sampler_device_row(hx_sampler *s, hx_sample_row *row);
 
 #endif

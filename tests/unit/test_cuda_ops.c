@@ -28,6 +28,7 @@
 #include "base/err.h"
 #include "base/f16.h"
 #include "check.h"
+#include "sample/sampler.h"
 #include "tensor/dtype.h"
 #include "tensor/tensor.h"
 
@@ -860,6 +861,60 @@ static int test_replay_new_inputs(void)
     return 0;
 }
 
+/* The sample op draws what the host's sampler draws from the same logits with the same seed:
+ * greedy and truncated settings, vocabularies shorter than top_k, of one segment and of many,
+ * and ties (logits rounded to integers: the lower id goes first, as on the host). A row with
+ * top_k 0 is left alone. Exact: the chain runs the host's operations in the host's order. */
+static int test_sample(void)
+{
+    NEED_GPU();
+    static const int64_t vocabs[] = {7, 4096, 50257, 131077};
+    static const struct { float t; int32_t k; float p, mp; } sets[] = {
+        {0.0f, 0, 1.0f, 0.0f},   {0.8f, 40, 0.95f, 0.05f}, {1.5f, 256, 1.0f, 0.0f},
+        {0.3f, 7, 0.5f, 0.2f},   {1.0f, 1, 1.0f, 0.0f},    {2.0f, 100, 0.99f, 0.0f},
+    };
+    enum { ROWS = HX_COUNTOF(sets) + 1 };
+    for (size_t vi = 0; vi < HX_COUNTOF(vocabs); vi++)
+        for (int ties = 0; ties < 2; ties++)
+            for (int rep = 0; rep < 4; rep++) {
+                const int64_t V = vocabs[vi];
+                float *h = hx_alloc((size_t)(ROWS * V) * sizeof *h);
+                float *tmp = hx_alloc((size_t)V * sizeof *tmp);
+                CHECK(h && tmp);
+                fill(h, ROWS * V, -8.0f, 8.0f);
+                for (int64_t i = 0; ties && i < ROWS * V; i++) h[i] = roundf(h[i]);
+                float *d = dev(h, ROWS * V);
+                hx_sample_row rows[ROWS];
+                int32_t want[ROWS], got[ROWS];
+                for (int r = 0; r < ROWS - 1; r++) {
+                    hx_sampling p = hx_sampling_default();
+                    p.temperature = sets[r].t, p.top_k = sets[r].k, p.top_p = sets[r].p;
+                    p.min_p = sets[r].mp, p.seed = (uint64_t)(rep * 100 + r + 1);
+                    hx_sampler *a = NULL, *b = NULL;
+                    hx_err err = {0};
+                    CHECK(hx_sampler_init(&p, (int32_t)V, &a, &err) == HX_OK &&
+                          hx_sampler_init(&p, (int32_t)V, &b, &err) == HX_OK);
+                    CHECK(hx_sampler_device_row(a, &rows[r]));
+                    memcpy(tmp, h + r * V, (size_t)V * sizeof *tmp);
+                    want[r] = hx_sampler_sample(b, tmp, NULL);
+                    hx_sampler_free(a);
+                    hx_sampler_free(b);
+                }
+                rows[ROWS - 1] = (hx_sample_row){.top_k = 0};
+                for (int r = 0; r < ROWS; r++) got[r] = -7;
+                gpu->sample(gpu, d, ROWS, V, rows, got);
+                for (int r = 0; r < ROWS - 1; r++)
+                    if (got[r] != want[r])
+                        CHECK_FAIL("vocab %lld%s, settings %d: token %d, the host draws %d",
+                                   (long long)V, ties ? " (ties)" : "", r, got[r], want[r]);
+                CHECK_EQ(got[ROWS - 1], -7);
+                gpu->free(gpu, d);
+                hx_free(h);
+                hx_free(tmp);
+            }
+    return 0;
+}
+
 /* A quantized KV cache is refused with a clear error (the GPU keeps f16). */
 static int test_kv_dtype_refused(void)
 {
@@ -901,6 +956,7 @@ static int skip_no_cuda(void)
 #define test_row_ops         skip_no_cuda
 #define test_attention       skip_no_cuda
 #define test_kv_dtype_refused skip_no_cuda
+#define test_sample          skip_no_cuda
 #define test_replay_new_inputs skip_no_cuda
 #define test_mem_info        skip_no_cuda
 #endif
@@ -936,6 +992,7 @@ static const check_case cases[] = {
     { "row_ops", test_row_ops },
     { "attention", test_attention },
     { "replay_new_inputs", test_replay_new_inputs },
+    { "sample", test_sample },
     { "kv_dtype_refused", test_kv_dtype_refused },
     { "mem_info", test_mem_info },
 };

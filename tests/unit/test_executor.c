@@ -4,6 +4,7 @@
  * it is not installed. */
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,6 +272,98 @@ static int test_batched_outputs_equal_alone_outputs(void)
     return 0;
 }
 
+/* ---- a backend that draws tokens (the CPU one, given a `sample` op here) ---- */
+
+static int64_t n_drawn, n_skipped;
+
+/* The chain of backend.h's hx_sample_row written plainly (the k best by insertion): the oracle
+ * for what a backend's op returns. */
+static int32_t ref_draw(const float *x, int64_t n_vocab, const hx_sample_row *r)
+{
+    enum { K_MAX = HX_SAMPLE_TOP_K };
+    int32_t id[K_MAX];
+    float v[K_MAX];
+    const int64_t k_want = r->temperature > 0 ? r->top_k : 1;
+    const int k = (int)(k_want < n_vocab ? k_want : n_vocab);
+    int n = 0;
+    for (int32_t i = 0; i < n_vocab; i++) { /* ties: the lower id stays ahead */
+        if (n == k && !(x[i] > v[k - 1])) continue;
+        int j = n < k ? n++ : k - 1;
+        for (; j > 0 && x[i] > v[j - 1]; j--) v[j] = v[j - 1], id[j] = id[j - 1];
+        v[j] = x[i], id[j] = i;
+    }
+    if (!(r->temperature > 0)) return id[0];
+    double w[K_MAX], total = 0.0, sum = 0.0;
+    for (int i = 0; i < k; i++) total += w[i] = exp((double)(v[i] - v[0]) / r->temperature);
+    int keep = k;
+    double acc = 0.0;
+    for (int i = 0; r->top_p < 1.0f && i < k; i++)
+        if ((acc += (float)w[i] / total) >= r->top_p) {
+            keep = i + 1;
+            break;
+        }
+    int kept = 0;
+    while (kept < keep && (float)w[kept] >= r->min_p) kept++;
+    keep = kept > 0 ? kept : 1;
+    for (int i = 0; i < keep; i++) sum += (float)w[i];
+    double rem = r->u * sum;
+    for (int i = 0; i < keep; i++)
+        if ((rem -= (float)w[i]) < 0) return id[i];
+    return id[keep - 1];
+}
+
+static void ref_sample(hx_backend *be, const float *logits, int64_t n, int64_t n_vocab,
+                       const hx_sample_row *rows, int32_t *tokens)
+{
+    (void)be;
+    for (int64_t i = 0; i < n; i++) {
+        if (rows[i].top_k <= 0) {
+            n_skipped++;
+            continue;
+        }
+        tokens[i] = ref_draw(logits + i * n_vocab, n_vocab, &rows[i]);
+        n_drawn++;
+    }
+}
+
+/* With a backend that draws tokens, every output is what the host's sampler gives (greedy and
+ * seeded, alone and batched), and a job that wants log-probabilities is sampled on the host. */
+static int test_backend_draws_equal_host_samples(void)
+{
+    rig r;
+    const hx_executor_params p = {.n_ctx = 256, .n_batch = N_JOBS, .max_queue = 8};
+    if (!rig_open_with(&r, &p)) return 0;
+    static char host[N_JOBS][1024], drawn[N_JOBS][1024];
+    for (uint64_t seed = 0; seed <= 7; seed += 7)
+        for (int together = 0; together < 2; together++) {
+            r.m.be->sample = NULL;
+            CHECK_EQ(run_jobs(&r, together, seed, 16, host), 0);
+            r.m.be->sample = ref_sample;
+            n_drawn = 0;
+            CHECK_EQ(run_jobs(&r, together, seed, 16, drawn), 0);
+            CHECK(n_drawn >= N_JOBS * 15);
+            for (int i = 0; i < N_JOBS; i++)
+                if (strcmp(host[i], drawn[i]) != 0)
+                    CHECK_FAIL("seed %llu, prompt %d%s: host \"%s\" vs drawn \"%s\"",
+                               (unsigned long long)seed, i, together ? " (batched)" : "",
+                               host[i], drawn[i]);
+        }
+    /* log-probabilities: the row comes back to the host */
+    hx_completion *c = completion(&r, prompts[0], 4);
+    c->logprobs = true;
+    hx_job *j = NULL;
+    hx_err err = {0};
+    n_drawn = n_skipped = 0;
+    CHECK_EQ(hx_executor_submit(r.ex, c, &j, &err), HX_OK);
+    int n_text;
+    CHECK_EQ(read_all(j, &n_text, NULL, 0).status, HX_OK);
+    hx_job_release(j);
+    CHECK(n_skipped == 4 && n_drawn == 0);
+    r.m.be->sample = NULL;
+    rig_free(&r);
+    return 0;
+}
+
 /* A pool too small for every job at once: the newest is preempted, its KV recomputed later,
  * and every job's text is still exactly what it is alone. */
 static int test_preempted_jobs_lose_and_repeat_nothing(void)
@@ -509,6 +602,7 @@ static const check_case cases[] = {
     {"shutdown_ends_running_and_queued_jobs", test_shutdown_ends_running_and_queued_jobs},
     {"batched_outputs_equal_alone_outputs", test_batched_outputs_equal_alone_outputs},
     {"preempted_jobs_lose_and_repeat_nothing", test_preempted_jobs_lose_and_repeat_nothing},
+    {"backend_draws_equal_host_samples", test_backend_draws_equal_host_samples},
     {"long_prompt_does_not_stall_a_running_job", test_long_prompt_does_not_stall_a_running_job},
     {"prefix_cache_serves_a_repeated_prompt", test_prefix_cache_serves_a_repeated_prompt},
     {"json_grammar_makes_greedy_output_a_json_object", test_json_grammar_makes_greedy_output_a_json_object},

@@ -388,6 +388,71 @@ static int test_lazy_grammar_is_inactive_until_begin(void)
     return 0;
 }
 
+/* A backend may draw a token only when the chain is truncation and a draw; the number it draws
+ * with is the one hx_sampler_sample would have taken, and the generator stays in step. */
+static int test_device_row_takes_the_next_number(void)
+{
+    hx_sampling p = hx_sampling_default();
+    p.seed = 5;
+    hx_sampler *a = NULL, *b = NULL;
+    hx_err err = {0};
+    hx_sample_row row;
+    CHECK_EQ(hx_sampler_init(&p, 4, &a, &err), HX_OK);
+    CHECK(hx_sampler_device_row(a, &row));
+    CHECK(row.temperature == 0.8f && row.top_k == 40 && row.top_p == 0.95f && row.min_p == 0.05f);
+    CHECK(row.u >= 0.0 && row.u < 1.0);
+    hx_sampler_free(a);
+    /* Three equal logits kept (top-k 3 of 4, no top-p or min-p): token floor(3 u). The host's
+     * first draw must be what the device row's u gives, and the host's second what a sampler
+     * that handed its first number to the device draws next. */
+    p.temperature = 1.0f, p.top_k = 3, p.top_p = 1.0f, p.min_p = 0.0f;
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        p.seed = seed;
+        CHECK_EQ(hx_sampler_init(&p, 4, &a, &err), HX_OK);
+        CHECK_EQ(hx_sampler_init(&p, 4, &b, &err), HX_OK);
+        float l[4] = {0, 0, 0, -1};
+        CHECK(hx_sampler_device_row(a, &row));
+        CHECK_EQ(hx_sampler_sample(b, l, NULL), (int32_t)(row.u * 3));
+        float l1[4] = {0, 0, 0, -1}, l2[4] = {0, 0, 0, -1};
+        CHECK_EQ(hx_sampler_sample(a, l1, NULL), hx_sampler_sample(b, l2, NULL));
+        hx_sampler_free(a);
+        hx_sampler_free(b);
+    }
+    /* Greedy takes no number: the argmax, top_k 1. */
+    p.temperature = 0.0f, p.top_k = 0;
+    CHECK_EQ(hx_sampler_init(&p, 4, &a, &err), HX_OK);
+    CHECK(hx_sampler_device_row(a, &row));
+    CHECK(row.temperature == 0.0f && row.top_k == 1 && row.u == 0.0);
+    hx_sampler_free(a);
+    /* What only the host does: bias, penalties, an active grammar, top-k off or past the
+     * backend's bound. */
+    int32_t ids[1] = {2};
+    float vals[1] = {1.0f};
+    hx_sampling no[5];
+    for (int i = 0; i < 5; i++) no[i] = hx_sampling_default();
+    no[0].bias_ids = ids, no[0].bias_values = vals, no[0].n_bias = 1;
+    no[1].repeat_penalty = 1.1f;
+    no[2].frequency_penalty = 0.5f;
+    no[3].top_k = 0;
+    no[4].top_k = HX_SAMPLE_TOP_K + 1;
+    for (int i = 0; i < 5; i++) {
+        CHECK_EQ(hx_sampler_init(&no[i], 4, &a, &err), HX_OK);
+        if (hx_sampler_device_row(a, &row)) CHECK_FAIL("settings %d drawn by the backend", i);
+        hx_sampler_free(a);
+    }
+    gram gr;
+    CHECK_EQ(gram_open(&gr, k_yes_no), 0);
+    hx_sampling g = gram_sampling(&gr, 0);
+    g.grammar_lazy = true;
+    CHECK_EQ(hx_sampler_init(&g, GV, &a, &err), HX_OK);
+    CHECK(hx_sampler_device_row(a, &row)); /* a lazy grammar not begun constrains nothing */
+    hx_sampler_grammar_begin(a);
+    CHECK(!hx_sampler_device_row(a, &row));
+    hx_sampler_free(a);
+    gram_close(&gr);
+    return 0;
+}
+
 static int test_grammar_references_are_counted(void)
 {
     const size_t live = hx_alloc_live_bytes();
@@ -458,6 +523,7 @@ static const check_case cases[] = {
     { "grammar_draws_follow_the_renormalized_distribution", test_grammar_draws_follow_the_renormalized_distribution },
     { "grammar_end_token_is_allowed_only_when_done", test_grammar_end_token_is_allowed_only_when_done },
     { "lazy_grammar_is_inactive_until_begin", test_lazy_grammar_is_inactive_until_begin },
+    { "device_row_takes_the_next_number", test_device_row_takes_the_next_number },
     { "grammar_references_are_counted", test_grammar_references_are_counted },
     { "dead_grammar_ends_with_the_first_end_token", test_dead_grammar_ends_with_the_first_end_token },
     { "grammar_settings_are_checked", test_grammar_settings_are_checked },

@@ -100,6 +100,8 @@ struct cuda_impl {
     int64_t        xq_n;
     void          *att_scratch;       /* decode attention's partial states */
     int64_t        att_scratch_elems;
+    void          *smp_scratch;       /* the sample op's candidates, then its tokens */
+    int64_t        smp_scratch_elems;
     int64_t        max_weight_elems;  /* the largest matmul weight seen by `weight` */
     size_t         uploaded;          /* weight bytes uploaded, for the progress line */
     /* HEARTH_CUDA_PROFILE=1: every op waits for the GPU and adds its time to a per-op total,
@@ -1311,6 +1313,63 @@ static void cuda_softcap(hx_backend *be, float *x, float cap, int64_t n)
     elementwise(be, "softcap", 2, x, NULL, cap, n);
 }
 
+/* ---- sampling ---- */
+
+#define SAMPLE_ROWS 64 /* rows one launch draws */
+
+typedef struct {
+    const float        *logits;
+    const hx_cuda_draw *draws;
+    void               *scratch;
+    int32_t            *out;
+    int64_t             n, n_vocab;
+} sample_args;
+
+static void run_sample(cuda_impl *c, const void *p)
+{
+    const sample_args *a = p;
+    hx_cuda_sample(a->logits, a->n, a->n_vocab, a->draws, a->scratch, a->out, c->stream);
+}
+
+/* The draws join the step's log (their settings and numbers staged like any host array, so a
+ * replayed step draws with the new ones) and the step runs at the read of the token ids. */
+static void cuda_sample(hx_backend *be, const float *logits, int64_t n, int64_t n_vocab,
+                        const hx_sample_row *rows, int32_t *tokens)
+{
+    cuda_impl *c = cx(be);
+    for (int64_t i0 = 0; i0 < n; i0 += SAMPLE_ROWS) {
+        const int64_t m = n - i0 < SAMPLE_ROWS ? n - i0 : SAMPLE_ROWS;
+        hx_cuda_draw d[SAMPLE_ROWS];
+        memset(d, 0, sizeof d);
+        bool any = false;
+        for (int64_t i = 0; i < m; i++) {
+            const hx_sample_row *r = &rows[i0 + i];
+            if (r->top_k <= 0) continue;
+            d[i] = (hx_cuda_draw){r->temperature, r->top_k, r->top_p, r->min_p, r->u};
+            any = true;
+        }
+        if (!any) continue;
+        const size_t cand = hx_cuda_sample_scratch(m, n_vocab);
+        hx_err err = {0};
+        if (ensure_half(c, &c->smp_scratch, &c->smp_scratch_elems,
+                        (int64_t)hx_cuda_sample_scratch(SAMPLE_ROWS, n_vocab) / 2 +
+                            SAMPLE_ROWS * 2, &err) != HX_OK)
+            cuda_die("sampling scratch", err.msg, __FILE__, __LINE__);
+        sample_args a;
+        memset(&a, 0, sizeof a);
+        a.logits = logits + i0 * n_vocab;
+        a.draws = stage(c, d, (size_t)m * sizeof *d, (size_t)m * sizeof *d);
+        a.scratch = c->smp_scratch;
+        a.out = (int32_t *)((unsigned char *)c->smp_scratch + cand);
+        a.n = m;
+        a.n_vocab = n_vocab;
+        record(c, "sample", run_sample, &a, sizeof a);
+        int32_t got[SAMPLE_ROWS];
+        cuda_read(be, got, a.out, (size_t)m * sizeof *got);
+        for (int64_t i = 0; i < m; i++)
+            if (d[i].top_k > 0) tokens[i0 + i] = got[i];
+    }
+}
 
 /* ---- life cycle ---- */
 
@@ -1351,6 +1410,7 @@ static void cuda_destroy(hx_backend *be)
         hx_free(c->moe_host);
         cudaFree(c->xq);
         cudaFree(c->att_scratch);
+        cudaFree(c->smp_scratch);
         cudaFree(c->arena_d);
         cudaFreeHost(c->arena_h);
         if (c->handle) c->blas->destroy(c->handle);
@@ -1468,6 +1528,8 @@ hx_status hx_cuda_backend_create(int device, hx_backend **out, hx_err *err)
     be->add = cuda_add;
     be->scale = cuda_scale;
     be->softcap = cuda_softcap;
+    const char *smp = getenv("HEARTH_CUDA_SAMPLE"); /* =0: logits go to the host's sampler */
+    if (!(smp && strcmp(smp, "0") == 0)) be->sample = cuda_sample;
     be->destroy = cuda_destroy;
     *out = be;
     return HX_OK;

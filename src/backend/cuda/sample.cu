@@ -1,0 +1,262 @@
+// sample.cu - the sampler chain's draw on the device (kernels.h: hx_cuda_sample).
+//
+// Copying a row of logits back costs more than drawing from it: 128k floats are 512 KB over
+// PCIe and then a selection over the whole vocabulary on one host core (~0.8 ms a step of an 8B
+// model at the default settings). Here each row's top_k best logits are found in two launches:
+// a block per 4,096-logit segment keeps that segment's top_k (a radix select on the logits'
+// order-preserving 32-bit keys, 8 bits a pass, the segment held in shared memory), and a block
+// per row selects the row's top_k from those candidates, sorts them (bitonic, by logit
+// descending, the lower id first on ties) and runs the rest of the chain on them as the host's
+// sampler does (sample/sampler.c: the same operations in the same order and precision, so the
+// same u gives the same token). Ties at the k-th logit go to the lower ids, as on the host:
+// every selection writes its picks in index order, and a row's candidates are in id order.
+#include "backend/cuda/kernels.h"
+
+#include <math.h>
+#include <stdint.h>
+
+namespace {
+
+constexpr int SEG = 4096;          // logits a segment block selects from
+constexpr int SEG_THREADS = 256;
+constexpr int ROW_THREADS = 512;
+constexpr int TOPK = HX_CUDA_DRAW_TOP_K;
+
+// A float's key: unsigned order equals the floats' order (-0 as +0); NaN ranks below -inf.
+__device__ __forceinline__ uint32_t float_key(float f)
+{
+    if (f != f) return 1u;
+    const uint32_t b = f == 0.0f ? 0u : __float_as_uint(f);
+    return (b & 0x80000000u) ? ~b : b | 0x80000000u;
+}
+
+__device__ __forceinline__ float key_float(uint32_t k)
+{
+    return __uint_as_float((k & 0x80000000u) ? k & 0x7fffffffu : ~k);
+}
+
+__device__ __forceinline__ int row_k(const hx_cuda_draw &p, int64_t V)
+{
+    if (!(p.temperature > 0.0f)) return 1;
+    int k = p.top_k < TOPK ? p.top_k : TOPK;
+    return V < k ? (int)V : k;
+}
+
+// The K largest of keys[0, n) (1 <= K <= n, K <= TOPK), the ties at the K-th key going to the
+// lower indices: writes their indices, ascending, to sel[0, K). Every thread of the block calls it.
+__device__ void block_select(const uint32_t *keys, int n, int K, uint32_t *hist, int *sel)
+{
+    __shared__ uint32_t s_prefix, s_need;
+    __shared__ bool s_all;
+    __shared__ int s_cnt[2][32];
+    const int tid = threadIdx.x, bd = blockDim.x, lane = tid & 31, w = tid >> 5, nw = bd >> 5;
+    // Radix select, the most significant byte first: `prefix` (under `mask`) is the K-th key's
+    // leading bytes found so far, `need` how many keys with that prefix are still wanted. It ends
+    // early when every key with the prefix is wanted.
+    uint32_t prefix = 0, mask = 0, need = (uint32_t)K;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = tid; i < 256; i += bd) hist[i] = 0;
+        __syncthreads();
+        for (int c0 = 0; c0 < n; c0 += bd) {
+            const int i = c0 + tid;
+            const uint32_t k = i < n ? keys[i] : 0u;
+            const bool in = i < n && (k & mask) == prefix;
+            const uint32_t d = (k >> shift) & 255u;
+            // Lanes with the same digit add once (logits crowd into few digits).
+            const uint32_t peers = __match_any_sync(0xffffffffu, in ? d : 256u + lane);
+            if (in && lane == __ffs(peers) - 1) atomicAdd(&hist[d], (uint32_t)__popc(peers));
+        }
+        __syncthreads();
+        if (w == 0) { // the digit where the count from the top reaches `need`: 8 digits a lane
+            uint32_t c[8], sum = 0;
+            for (int j = 0; j < 8; j++) sum += c[j] = hist[255 - 8 * lane - j];
+            uint32_t incl = sum;
+            for (int o = 1; o < 32; o <<= 1) {
+                const uint32_t t = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += t;
+            }
+            const int at = __ffs(__ballot_sync(0xffffffffu, incl >= need)) - 1;
+            if (lane == at) {
+                uint32_t above = incl - sum;
+                int j = 0;
+                for (; j < 7 && above + c[j] < need; j++) above += c[j];
+                s_prefix = prefix | ((uint32_t)(255 - 8 * lane - j) << shift);
+                s_need = need - above;
+                s_all = c[j] == need - above;
+            }
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        need = s_need;
+        mask |= 255u << shift;
+        if (s_all) break;
+    }
+    // Every key whose leading bytes are above the K-th's, and the first `need` with the K-th's, in
+    // index order: an element's place is the number of those before it.
+    int base_gt = 0, base_eq = 0;
+    for (int c0 = 0; c0 < n; c0 += bd) {
+        const int i = c0 + tid;
+        const uint32_t k = i < n ? keys[i] & mask : 0u;
+        const bool gt = i < n && k > prefix, eq = i < n && k == prefix;
+        const uint32_t bg = __ballot_sync(0xffffffffu, gt), be = __ballot_sync(0xffffffffu, eq);
+        if (lane == 0) s_cnt[0][w] = __popc(bg), s_cnt[1][w] = __popc(be);
+        __syncthreads();
+        int pg = base_gt, pe = base_eq;
+        for (int j = 0; j < nw; j++) {
+            if (j < w) pg += s_cnt[0][j], pe += s_cnt[1][j];
+            base_gt += s_cnt[0][j];
+            base_eq += s_cnt[1][j];
+        }
+        const uint32_t before = (1u << lane) - 1u;
+        pg += __popc(bg & before);
+        pe += __popc(be & before);
+        if (gt || (eq && pe < (int)need)) sel[pg + (pe < (int)need ? pe : (int)need)] = i;
+        __syncthreads();
+    }
+}
+
+// Sorts TOPK (key, id) pairs by key descending, then id ascending (threads 0..TOPK-1 take part;
+// every thread of the block calls it).
+__device__ void sort_desc(uint32_t *key, int32_t *id)
+{
+    const int i = threadIdx.x;
+    for (int size = 2; size <= TOPK; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            const int l = i ^ stride;
+            if (i < TOPK && l > i) {
+                const uint32_t ki = key[i], kl = key[l];
+                const int32_t ii = id[i], il = id[l];
+                const bool i_first = ki > kl || (ki == kl && ii < il);
+                if (((i & size) == 0) != i_first) {
+                    key[i] = kl, key[l] = ki;
+                    id[i] = il, id[l] = ii;
+                }
+            }
+            __syncthreads();
+        }
+}
+
+// Block (segment, row): the segment's K best as (key, id), in id order, into the row's candidates
+// at [seg * K, seg * K + K) (a short segment pads with key 0, which no logit has).
+__global__ void __launch_bounds__(SEG_THREADS)
+select_segments(const float *logits, int64_t V, const hx_cuda_draw *draws, int nseg,
+                uint32_t *ck, int32_t *cid)
+{
+    const int seg = blockIdx.x, r = blockIdx.y, tid = threadIdx.x;
+    const hx_cuda_draw p = draws[r];
+    if (p.top_k <= 0) return;
+    const int K = row_k(p, V);
+    const int64_t lo = (int64_t)seg * SEG;
+    const int n = (int)(V - lo < SEG ? V - lo : SEG);
+    __shared__ uint32_t keys[SEG], hist[256];
+    __shared__ int sel[TOPK];
+    const float *x = logits + (size_t)r * V + lo;
+    for (int i = tid; i < n; i += SEG_THREADS) keys[i] = float_key(x[i]);
+    __syncthreads();
+    const int m = n < K ? n : K;
+    if (n <= K) {
+        for (int i = tid; i < n; i += SEG_THREADS) sel[i] = i;
+    } else {
+        block_select(keys, n, K, hist, sel);
+    }
+    __syncthreads();
+    const size_t at = (size_t)r * nseg * TOPK + (size_t)seg * K;
+    for (int j = tid; j < K; j += SEG_THREADS) {
+        ck[at + j] = j < m ? keys[sel[j]] : 0u;
+        cid[at + j] = j < m ? (int32_t)(lo + sel[j]) : INT32_MAX;
+    }
+}
+
+// Block per row: the row's K best of its candidates, sorted, then the chain of sampler.c's draw().
+__global__ void __launch_bounds__(ROW_THREADS)
+draw_rows(const hx_cuda_draw *draws, int64_t V, int nseg, const uint32_t *ck, const int32_t *cid,
+          int32_t *out)
+{
+    const int r = blockIdx.x, tid = threadIdx.x;
+    const hx_cuda_draw p = draws[r];
+    if (p.top_k <= 0) return;
+    const int K = row_k(p, V);
+    __shared__ uint32_t hist[256], key[TOPK];
+    __shared__ int32_t id[TOPK];
+    __shared__ int sel[TOPK];
+    __shared__ double e[TOPK];
+    const size_t at = (size_t)r * nseg * TOPK;
+    block_select(ck + at, nseg * K, K, hist, sel);
+    __syncthreads();
+    for (int j = tid; j < TOPK; j += ROW_THREADS) {
+        key[j] = j < K ? ck[at + sel[j]] : 0u;
+        id[j] = j < K ? cid[at + sel[j]] : INT32_MAX;
+    }
+    __syncthreads();
+    sort_desc(key, id);
+    if (!(p.temperature > 0.0f)) {
+        if (tid == 0) out[r] = id[0];
+        return;
+    }
+    const float mx = key_float(key[0]);
+    for (int j = tid; j < K; j += ROW_THREADS)
+        e[j] = exp((double)(key_float(key[j]) - mx) / (double)p.temperature);
+    __syncthreads();
+    if (tid != 0) return;
+    // The weights are sorted descending (the best is 1), so top-p and min-p each keep a prefix.
+    double total = 0.0;
+    if (p.top_p < 1.0f)
+        for (int i = 0; i < K; i++) total += e[i];
+    int keep = K;
+    if (p.top_p < 1.0f) {
+        double acc = 0.0;
+        for (int i = 0; i < K; i++) {
+            acc += (double)(float)e[i] / total;
+            if (acc >= (double)p.top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+    }
+    if (p.min_p > 0.0f) {
+        int k = 0;
+        while (k < keep && (float)e[k] >= p.min_p) k++;
+        keep = k > 0 ? k : 1;
+    }
+    double sum = 0.0;
+    for (int i = 0; i < keep; i++) sum += (double)(float)e[i];
+    double rem = p.u * sum;
+    int32_t chosen = id[keep - 1];
+    for (int i = 0; i < keep; i++) {
+        rem -= (double)(float)e[i];
+        if (rem < 0) {
+            chosen = id[i];
+            break;
+        }
+    }
+    out[r] = chosen;
+}
+
+int segments(int64_t V)
+{
+    return (int)((V + SEG - 1) / SEG);
+}
+
+} // namespace
+
+extern "C" {
+
+size_t hx_cuda_sample_scratch(int64_t n, int64_t n_vocab)
+{
+    return (size_t)n * (size_t)segments(n_vocab) * TOPK * (sizeof(uint32_t) + sizeof(int32_t));
+}
+
+void hx_cuda_sample(const float *logits, int64_t n, int64_t n_vocab, const hx_cuda_draw *draws,
+                    void *scratch, int32_t *out, hx_cuda_stream s)
+{
+    if (n <= 0 || n_vocab <= 0) return;
+    const int nseg = segments(n_vocab);
+    uint32_t *ck = (uint32_t *)scratch;
+    int32_t *cid = (int32_t *)(ck + (size_t)n * nseg * TOPK);
+    select_segments<<<dim3((unsigned)nseg, (unsigned)n), SEG_THREADS, 0, (cudaStream_t)s>>>(
+        logits, n_vocab, draws, nseg, ck, cid);
+    draw_rows<<<(unsigned)n, ROW_THREADS, 0, (cudaStream_t)s>>>(draws, n_vocab, nseg, ck, cid,
+                                                                 out);
+}
+
+} // extern "C"
