@@ -99,19 +99,44 @@ static inline int64_t hx_moe_work_floats(int64_t n_tok, int64_t d_model, int64_t
     return n_tok * (2 * d_model + 2 * d_ff + 3 * (int64_t)n_used + 1) + n_expert + 1;
 }
 
-/* One row's draw for the optional `sample` op: the truncation and draw of the sampler chain
- * (sample/sampler.h): the top_k best logits (ties: the lower id), softmax at `temperature`,
- * top-p over the mass of those k, min-p relative to the best, then the candidate, walking from the
- * best, at which u times the kept weights' sum is used up. u is taken on the host from the
- * sequence's own generator, so the token is the one the host sampler would draw from the same
- * logits (up to the last bit of a sum). */
+/* A change the `sample` op makes to one logit before drawing (the sampler chain's logit bias and
+ * penalties, sample/sampler.h): v += bias; then, when count > 0, v = v > 0 ? v / repeat : v *
+ * repeat, and v -= presence + frequency * count (the row's penalties; f32, in that order). */
 typedef struct {
-    float   temperature; /* 0: the argmax (ties: the lower id) */
-    int32_t top_k;       /* 1..HX_SAMPLE_TOP_K; 0: the row is not drawn by the backend */
-    float   top_p, min_p;
-    double  u;           /* in [0, 1) */
+    int32_t id;
+    float   bias;
+    int32_t count;
+} hx_sample_edit;
+
+/* One row's draw for the optional `sample` op: the sampler chain (sample/sampler.h) after its
+ * edits: the top_k best logits (ties: the lower id), softmax at `temperature`, top-p over the
+ * mass of those k, min-p relative to the best, then the candidate, walking from the best, at
+ * which u times the kept weights' sum is used up. u is taken on the host from the sequence's
+ * own generator, so the token is the one the host sampler would draw from the same logits (up
+ * to the last bit of a sum). */
+typedef struct {
+    float                 temperature; /* 0: the argmax (ties: the lower id) */
+    int32_t               top_k;       /* 1..HX_SAMPLE_TOP_K; 0: the row is not drawn here */
+    float                 top_p, min_p;
+    double                u;           /* in [0, 1) */
+    bool                  logprobs;    /* also the log-probabilities (hx_sample_out) */
+    int32_t               n_top;       /* alternatives wanted with them, 0..HX_SAMPLE_N_TOP */
+    float                 repeat_penalty, presence_penalty, frequency_penalty;
+    const hx_sample_edit *edits;       /* n_edits of them, distinct ids */
+    int32_t               n_edits;
 } hx_sample_row;
 #define HX_SAMPLE_TOP_K 256
+#define HX_SAMPLE_N_TOP 20
+
+/* What `sample` returns for a row. With logprobs, those of the edited logits at temperature 1
+ * over the whole vocabulary: the token's, and the n_top best tokens' (best first, ties: the
+ * lower id). */
+typedef struct {
+    int32_t token;
+    float   logprob;
+    int32_t top_ids[HX_SAMPLE_N_TOP];
+    float   top_logprobs[HX_SAMPLE_N_TOP];
+} hx_sample_out;
 
 struct hx_backend {
     const char *name;
@@ -194,11 +219,11 @@ struct hx_backend {
     /* x = cap * tanh(x / cap), n elements (final logit soft-capping; cap > 0). */
     void (*softcap)(hx_backend *be, float *x, float cap, int64_t n);
     /* Optional (NULL on the CPU, whose sampler reads the logits where they are): draws a token
-     * from each row i of logits [n, n_vocab] whose rows[i].top_k > 0 and writes it to tokens[i]
+     * from each row i of logits [n, n_vocab] whose rows[i].top_k > 0 and writes it to out[i]
      * (host memory; the other rows' entries are left alone), so that a step copies back token
-     * ids instead of whole rows of logits. */
-    void (*sample)(hx_backend *be, const float *logits, int64_t n, int64_t n_vocab,
-                   const hx_sample_row *rows, int32_t *tokens);
+     * ids instead of whole rows of logits. The edits change the logits in place. */
+    void (*sample)(hx_backend *be, float *logits, int64_t n, int64_t n_vocab,
+                   const hx_sample_row *rows, hx_sample_out *out);
 
     void (*destroy)(hx_backend *be);
 };

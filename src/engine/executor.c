@@ -65,7 +65,7 @@ struct hx_executor {
     hx_kv_seq        *kvs, *kvs_swa;
     float            *logits;  /* [n_batch, n_vocab] */
     hx_sample_row     draws[64]; /* per logit row: drawn by the backend when top_k > 0 */
-    int32_t           drawn[64];
+    hx_sample_out     drawn[64];
 };
 
 /* ---- completions and events ---- */
@@ -391,7 +391,7 @@ static void step(hx_executor *ex)
                 continue;
             }
             if (draw && sl->i_logit >= 0 && ex->draws[sl->i_logit].top_k > 0)
-                hx_gen_fed_token(sl->gen, sl->rows, ex->drawn[sl->i_logit]);
+                hx_gen_fed_drawn(sl->gen, sl->rows, &ex->drawn[sl->i_logit]);
             else
                 hx_gen_fed(sl->gen, sl->rows,
                            sl->i_logit >= 0 ? ex->logits + (size_t)sl->i_logit * n_vocab : NULL);

@@ -453,12 +453,15 @@ void hx_gen_fed(hx_gen *g, int32_t rows, float *logits)
 
 bool hx_gen_device_row(hx_gen *g, hx_sample_row *row)
 {
-    return !g->done && !g->gp->logprobs && hx_sampler_device_row(g->smp, row);
+    return !g->done && hx_sampler_device_row(g->smp, g->gp->logprobs, row);
 }
 
-void hx_gen_fed_token(hx_gen *g, int32_t rows, int32_t token)
+void hx_gen_fed_drawn(hx_gen *g, int32_t rows, const hx_sample_out *o)
 {
-    if (fed(g, rows)) take_token(g, token, NULL);
+    if (!fed(g, rows)) return;
+    hx_token_logprobs lp;
+    if (g->gp->logprobs) hx_sampler_device_logprobs(g->smp, o, &lp);
+    take_token(g, o->token, g->gp->logprobs ? &lp : NULL);
 }
 
 hx_status hx_gen_end(hx_gen *g, hx_gen_stats *stats, hx_err *err)
@@ -513,14 +516,14 @@ hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
         /* The backend draws the token where it can; a middle chunk's row it "draws" greedily,
          * which is cheaper than copying the row back for nothing. */
         hx_sample_row draw = {.top_k = 1};
-        int32_t drawn = -1;
+        hx_sample_out drawn;
         const bool on_device = s->m->be->sample && (!last || hx_gen_device_row(g, &draw));
         hx_batch b = {.n_tok = rows, .tokens = s->ids, .pos = s->pos, .seq = s->seq,
                       .seqs = &kvs, .seqs_swa = &kvs_swa, .n_seqs = 1, .logit_rows = s->rows,
                       .n_logits = 1, .draws = on_device ? &draw : NULL, .drawn = &drawn};
         hx_kv_store *swa = s->pool_swa ? &s->pool_swa->store : NULL;
         if ((st = hx_llm_forward(s->m, &s->pool->store, swa, &b, s->logits, err)) != HX_OK) break;
-        if (on_device && last) hx_gen_fed_token(g, rows, drawn);
+        if (on_device && last) hx_gen_fed_drawn(g, rows, &drawn);
         else hx_gen_fed(g, rows, last ? s->logits : NULL);
     }
     const hx_status end = hx_gen_end(g, stats, err);

@@ -116,11 +116,11 @@ void hx_gen_rows(const hx_gen *g, int32_t rows, int32_t seq, int32_t *tokens, in
  * handed to the callback, and stop conditions checked; otherwise logits is NULL. */
 void hx_gen_fed(hx_gen *g, int32_t rows, float *logits);
 /* Before a step whose last row of g is its last pending one, on a backend with `sample`: true
- * when the backend may draw g's next token (hx_sampler_device_row, and no log-probabilities
- * wanted), with *row filled; then hx_gen_fed_token takes the drawn token after the step. */
+ * when the backend may draw g's next token (hx_sampler_device_row), with *row filled (valid
+ * until the step); then hx_gen_fed_drawn takes what the backend drew. */
 bool hx_gen_device_row(hx_gen *g, hx_sample_row *row);
 /* hx_gen_fed for a token the backend drew. */
-void hx_gen_fed_token(hx_gen *g, int32_t rows, int32_t token);
+void hx_gen_fed_drawn(hx_gen *g, int32_t rows, const hx_sample_out *o);
 /* Gives back the generation's KV blocks; it re-feeds everything it holds later (preemption). */
 void hx_gen_preempt(hx_gen *g);
 bool hx_gen_done(const hx_gen *g);

@@ -48,10 +48,10 @@ typedef struct {
     const int32_t   *logit_rows; /* rows whose logits are wanted, ascending */
     int64_t          n_logits;
     /* Optional, only with a backend that has `sample` (NULL: every logit row is read): per logit
-     * row, a draw the backend makes where draws[i].top_k > 0, its token written to drawn[i]
-     * instead of the row's logits to the host. */
+     * row, a draw the backend makes where draws[i].top_k > 0, its token (and log-probabilities)
+     * written to drawn[i] instead of the row's logits to the host. */
     const hx_sample_row *draws;
-    int32_t             *drawn;
+    hx_sample_out       *drawn;
 } hx_batch;
 
 typedef struct hx_llm {

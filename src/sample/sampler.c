@@ -16,6 +16,8 @@
 
 #include "base/alloc.h"
 
+_Static_assert(HX_MAX_LOGPROBS == HX_SAMPLE_N_TOP, "a backend's alternatives fit the record");
+
 typedef struct {
     int32_t id;
     float   v;
@@ -31,6 +33,9 @@ struct hx_sampler {
     int32_t    *counts;   /* [n_vocab] occurrences in the window */
     cand       *cands;    /* [n_vocab] */
     uint64_t    rng[4];
+    /* For a backend's draw (hx_sampler_device_row): */
+    hx_sample_edit *edits;      /* the bias and penalties as edits, made at the first draw */
+    bool            bias_repeats; /* an id twice in the bias: the host adds them one by one */
     /* With a grammar: */
     hx_grammar_state *gs;      /* its recognizer; NULL when restarting it ran out of memory */
     uint8_t          *allowed; /* [n_vocab] its mask (scratch) */
@@ -146,6 +151,9 @@ hx_status hx_sampler_init(const hx_sampling *p, int32_t n_vocab, hx_sampler **ou
     }
     s->p.bias_ids = s->bias_ids;
     s->p.bias_values = s->bias_values;
+    for (int32_t i = 0; i < p->n_bias && !s->bias_repeats; i++)
+        for (int32_t j = 0; j < i && !s->bias_repeats; j++)
+            s->bias_repeats = p->bias_ids[i] == p->bias_ids[j];
     hx_sampler_reset(s);
     *out = s;
     return HX_OK;
@@ -159,6 +167,7 @@ void hx_sampler_free(hx_sampler *s)
     hx_free(s->hist);
     hx_free(s->bias_ids);
     hx_free(s->bias_values);
+    hx_free(s->edits);
     hx_grammar_state_free(s->gs);
     hx_free(s->allowed);
     hx_free(s);
@@ -306,12 +315,17 @@ static int32_t constrained(hx_sampler *s, const float *logits, int32_t refused)
     return chosen;
 }
 
+static bool penalized(const hx_sampling *p)
+{
+    return p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+}
+
 int32_t hx_sampler_sample(hx_sampler *s, float *logits, hx_token_logprobs *lp)
 {
     const hx_sampling *p = &s->p;
     const int32_t V = s->n_vocab;
     for (int32_t i = 0; i < p->n_bias; i++) logits[p->bias_ids[i]] += p->bias_values[i];
-    if (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f)
+    if (penalized(p))
         for (int32_t i = 0; i < s->hist_n; i++) {
             const int32_t t = s->hist[i];
             if (s->counts[t] <= 0) continue; /* already penalized (counts is cleared below) */
@@ -361,16 +375,51 @@ int32_t hx_sampler_sample(hx_sampler *s, float *logits, hx_token_logprobs *lp)
     return chosen;
 }
 
-bool hx_sampler_device_row(hx_sampler *s, hx_sample_row *row)
+bool hx_sampler_device_row(hx_sampler *s, bool logprobs, hx_sample_row *row)
 {
     const hx_sampling *p = &s->p;
-    if (p->n_bias > 0 || s->g_active || p->repeat_penalty != 1.0f ||
-        p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f)
-        return false;
     const bool greedy = !(p->temperature > 0.0f);
-    if (!greedy && (p->top_k < 1 || p->top_k > HX_SAMPLE_TOP_K)) return false;
+    if (s->g_active || s->bias_repeats || (!greedy && (p->top_k < 1 || p->top_k > HX_SAMPLE_TOP_K)))
+        return false;
+    /* The bias, then the penalties of the distinct tokens in the window (an id in both: one
+     * edit, the bias applied first, as hx_sampler_sample does). */
+    int32_t n = 0;
+    if (p->n_bias > 0 || (penalized(p) && s->hist_n > 0)) {
+        if (!s->edits) {
+            const int32_t distinct = s->hist_cap < s->n_vocab ? s->hist_cap : s->n_vocab;
+            s->edits = hx_alloc((size_t)(p->n_bias + distinct) * sizeof *s->edits);
+            if (!s->edits) return false; /* the host samples instead */
+        }
+        for (int32_t i = 0; i < p->n_bias; i++)
+            s->edits[n++] = (hx_sample_edit){p->bias_ids[i], p->bias_values[i], 0};
+        for (int32_t i = 0; penalized(p) && i < s->hist_n; i++) {
+            const int32_t t = s->hist[i];
+            if (s->counts[t] <= 0) continue; /* already taken (counts is restored below) */
+            int32_t j = 0;
+            while (j < p->n_bias && s->edits[j].id != t) j++;
+            if (j == p->n_bias) s->edits[j = n++] = (hx_sample_edit){t, 0.0f, 0};
+            s->edits[j].count = s->counts[t];
+            s->counts[t] = -s->counts[t];
+        }
+        for (int32_t i = 0; i < s->hist_n; i++)
+            if (s->counts[s->hist[i]] < 0) s->counts[s->hist[i]] = -s->counts[s->hist[i]];
+    }
     *row = (hx_sample_row){.temperature = greedy ? 0.0f : p->temperature,
                            .top_k = greedy ? 1 : p->top_k, .top_p = p->top_p,
-                           .min_p = p->min_p, .u = greedy ? 0.0 : next_unit(s->rng)};
+                           .min_p = p->min_p, .u = greedy ? 0.0 : next_unit(s->rng),
+                           .logprobs = logprobs, .n_top = logprobs ? p->n_logprobs : 0,
+                           .repeat_penalty = p->repeat_penalty,
+                           .presence_penalty = p->presence_penalty,
+                           .frequency_penalty = p->frequency_penalty, .edits = s->edits,
+                           .n_edits = n};
     return true;
+}
+
+void hx_sampler_device_logprobs(const hx_sampler *s, const hx_sample_out *o, hx_token_logprobs *lp)
+{
+    lp->token = o->token;
+    lp->logprob = o->logprob;
+    lp->n_top = s->p.n_logprobs;
+    memcpy(lp->top_ids, o->top_ids, (size_t)lp->n_top * sizeof *lp->top_ids);
+    memcpy(lp->top_logprobs, o->top_logprobs, (size_t)lp->n_top * sizeof *lp->top_logprobs);
 }

@@ -108,12 +108,15 @@ bool hx_sampler_grammar_active(const hx_sampler *s);
 int32_t hx_sampler_sample(hx_sampler *s, float *logits, hx_token_logprobs *lp);
 
 /* Whether a backend's `sample` op (backend/backend.h) can draw the next token instead of
- * hx_sampler_sample: when the chain is only truncation and a draw (no bias, no penalties, no
- * active grammar) with top_k in 1..HX_SAMPLE_TOP_K, or temperature 0. Then it fills *row and
- * takes the draw's number from the generator as hx_sampler_sample would have, so the token the
- * op returns is the one hx_sampler_sample would have given, and the generator stays in step.
- * The token is kept as from hx_sampler_sample (hx_sampler_accept). Log-probabilities are not
- * computed there: a caller that wants them calls hx_sampler_sample. */
-bool hx_sampler_device_row(hx_sampler *s, hx_sample_row *row);
+ * hx_sampler_sample: unless a grammar is active, an id appears twice in the logit bias, or top_k
+ * is off or above HX_SAMPLE_TOP_K at a temperature above 0. Then it fills *row (the bias and
+ * penalties as its edits, valid until the next call on s; with logprobs, the log-probabilities
+ * asked for too) and takes the draw's number from the generator as hx_sampler_sample would
+ * have, so the op's token is the one hx_sampler_sample would have given and the generator stays
+ * in step. The token is then kept as one from hx_sampler_sample (hx_sampler_accept). */
+bool hx_sampler_device_row(hx_sampler *s, bool logprobs, hx_sample_row *row);
+/* The op's result as hx_sampler_sample's log-probabilities record. */
+void hx_sampler_device_logprobs(const hx_sampler *s, const hx_sample_out *o,
+                                hx_token_logprobs *lp);
 
 #endif

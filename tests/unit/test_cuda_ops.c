@@ -861,17 +861,31 @@ static int test_replay_new_inputs(void)
     return 0;
 }
 
-/* The sample op draws what the host's sampler draws from the same logits with the same seed:
- * greedy and truncated settings, vocabularies shorter than top_k, of one segment and of many,
- * and ties (logits rounded to integers: the lower id goes first, as on the host). A row with
- * top_k 0 is left alone. Exact: the chain runs the host's operations in the host's order. */
+/* The sample op draws what the host's sampler draws from the same logits with the same seed and
+ * history: greedy and truncated settings, logit bias and penalties, vocabularies shorter than
+ * top_k, of one segment and of many, and ties (logits rounded to integers: the lower id goes
+ * first, as on the host). Tokens exactly (the chain runs the host's operations in the host's
+ * order); log-probabilities within 1e-4 (the device sums the vocabulary by segments). A row with
+ * top_k 0 is left alone. */
 static int test_sample(void)
 {
     NEED_GPU();
     static const int64_t vocabs[] = {7, 4096, 50257, 131077};
-    static const struct { float t; int32_t k; float p, mp; } sets[] = {
-        {0.0f, 0, 1.0f, 0.0f},   {0.8f, 40, 0.95f, 0.05f}, {1.5f, 256, 1.0f, 0.0f},
-        {0.3f, 7, 0.5f, 0.2f},   {1.0f, 1, 1.0f, 0.0f},    {2.0f, 100, 0.99f, 0.0f},
+    static const struct {
+        float   t;
+        int32_t k;
+        float   p, mp;
+        int     n_top; /* -1: no logprobs */
+        float   rep, pres, freq;
+        bool    bias;
+    } sets[] = {
+        {0.0f, 0, 1.0f, 0.0f, -1, 1.0f, 0.0f, 0.0f, false},
+        {0.8f, 40, 0.95f, 0.05f, -1, 1.0f, 0.0f, 0.0f, false},
+        {1.5f, 256, 1.0f, 0.0f, 5, 1.0f, 0.0f, 0.0f, false},
+        {0.3f, 7, 0.5f, 0.2f, 0, 1.3f, 0.5f, 0.25f, true},
+        {1.0f, 1, 1.0f, 0.0f, -1, 1.0f, 0.0f, 0.0f, false},
+        {2.0f, 100, 0.99f, 0.0f, 20, 1.1f, 0.0f, 0.0f, true},
+        {0.0f, 0, 1.0f, 0.0f, 20, 1.0f, 0.0f, 1.0f, false},
     };
     enum { ROWS = HX_COUNTOF(sets) + 1 };
     for (size_t vi = 0; vi < HX_COUNTOF(vocabs); vi++)
@@ -885,29 +899,56 @@ static int test_sample(void)
                 for (int64_t i = 0; ties && i < ROWS * V; i++) h[i] = roundf(h[i]);
                 float *d = dev(h, ROWS * V);
                 hx_sample_row rows[ROWS];
-                int32_t want[ROWS], got[ROWS];
+                hx_sample_out got[ROWS];
+                hx_token_logprobs want[ROWS];
+                hx_sampler *a[ROWS] = {0}, *b = NULL; /* a[r] holds rows[r].edits */
+                const int32_t bias_ids[3] = {1, 5, (int32_t)(V / 2)};
+                const float bias_values[3] = {3.0f, -2.0f, 5.0f};
                 for (int r = 0; r < ROWS - 1; r++) {
                     hx_sampling p = hx_sampling_default();
                     p.temperature = sets[r].t, p.top_k = sets[r].k, p.top_p = sets[r].p;
                     p.min_p = sets[r].mp, p.seed = (uint64_t)(rep * 100 + r + 1);
-                    hx_sampler *a = NULL, *b = NULL;
+                    p.n_logprobs = sets[r].n_top > 0 ? sets[r].n_top : 0;
+                    p.repeat_penalty = sets[r].rep, p.presence_penalty = sets[r].pres;
+                    p.frequency_penalty = sets[r].freq;
+                    if (sets[r].bias) p.bias_ids = bias_ids, p.bias_values = bias_values;
+                    if (sets[r].bias) p.n_bias = V > 5 ? 3 : 2;
                     hx_err err = {0};
-                    CHECK(hx_sampler_init(&p, (int32_t)V, &a, &err) == HX_OK &&
+                    CHECK(hx_sampler_init(&p, (int32_t)V, &a[r], &err) == HX_OK &&
                           hx_sampler_init(&p, (int32_t)V, &b, &err) == HX_OK);
-                    CHECK(hx_sampler_device_row(a, &rows[r]));
+                    for (int j = 0; j < 30; j++) { /* a history for the penalties */
+                        const int32_t t = (int32_t)((j * 7919 + r * 31) % V);
+                        hx_sampler_accept(a[r], t);
+                        hx_sampler_accept(b, t);
+                    }
+                    const bool lp = sets[r].n_top >= 0;
+                    CHECK(hx_sampler_device_row(a[r], lp, &rows[r]));
                     memcpy(tmp, h + r * V, (size_t)V * sizeof *tmp);
-                    want[r] = hx_sampler_sample(b, tmp, NULL);
-                    hx_sampler_free(a);
+                    want[r].token = hx_sampler_sample(b, tmp, lp ? &want[r] : NULL);
                     hx_sampler_free(b);
                 }
                 rows[ROWS - 1] = (hx_sample_row){.top_k = 0};
-                for (int r = 0; r < ROWS; r++) got[r] = -7;
+                for (int r = 0; r < ROWS; r++) got[r].token = -7;
                 gpu->sample(gpu, d, ROWS, V, rows, got);
-                for (int r = 0; r < ROWS - 1; r++)
-                    if (got[r] != want[r])
+                for (int r = 0; r < ROWS - 1; r++) {
+                    if (got[r].token != want[r].token)
                         CHECK_FAIL("vocab %lld%s, settings %d: token %d, the host draws %d",
-                                   (long long)V, ties ? " (ties)" : "", r, got[r], want[r]);
-                CHECK_EQ(got[ROWS - 1], -7);
+                                   (long long)V, ties ? " (ties)" : "", r, got[r].token,
+                                   want[r].token);
+                    if (sets[r].n_top < 0) continue;
+                    if (!(fabsf(got[r].logprob - want[r].logprob) <= 1e-4f))
+                        CHECK_FAIL("vocab %lld, settings %d: logprob %g, the host %g",
+                                   (long long)V, r, got[r].logprob, want[r].logprob);
+                    for (int j = 0; j < sets[r].n_top && j < V; j++)
+                        if (got[r].top_ids[j] != want[r].top_ids[j] ||
+                            !(fabsf(got[r].top_logprobs[j] - want[r].top_logprobs[j]) <= 1e-4f))
+                            CHECK_FAIL("vocab %lld, settings %d, alternative %d: %d (%g), the "
+                                       "host %d (%g)", (long long)V, r, j, got[r].top_ids[j],
+                                       got[r].top_logprobs[j], want[r].top_ids[j],
+                                       want[r].top_logprobs[j]);
+                }
+                CHECK_EQ(got[ROWS - 1].token, -7);
+                for (int r = 0; r < ROWS; r++) hx_sampler_free(a[r]);
                 gpu->free(gpu, d);
                 hx_free(h);
                 hx_free(tmp);

@@ -276,44 +276,68 @@ static int test_batched_outputs_equal_alone_outputs(void)
 
 static int64_t n_drawn, n_skipped;
 
-/* The chain of backend.h's hx_sample_row written plainly (the k best by insertion): the oracle
- * for what a backend's op returns. */
-static int32_t ref_draw(const float *x, int64_t n_vocab, const hx_sample_row *r)
+/* What backend.h says `sample` does, written plainly (the best by insertion, the edits in f32,
+ * log_z in double as the host's sampler has it): the oracle for a backend's op. */
+static void ref_draw(float *x, int64_t n_vocab, const hx_sample_row *r, hx_sample_out *o)
 {
     enum { K_MAX = HX_SAMPLE_TOP_K };
-    int32_t id[K_MAX];
-    float v[K_MAX];
+    for (int32_t j = 0; j < r->n_edits; j++) {
+        const hx_sample_edit *e = &r->edits[j];
+        float v = x[e->id] + e->bias;
+        if (e->count > 0) {
+            v = v > 0 ? v / r->repeat_penalty : v * r->repeat_penalty;
+            v -= r->presence_penalty + r->frequency_penalty * (float)e->count;
+        }
+        x[e->id] = v;
+    }
+    int32_t id[K_MAX] = {0};
+    float v[K_MAX] = {0};
     const int64_t k_want = r->temperature > 0 ? r->top_k : 1;
+    const int64_t s_want = r->logprobs && r->n_top > k_want ? r->n_top : k_want;
     const int k = (int)(k_want < n_vocab ? k_want : n_vocab);
+    const int sel = (int)(s_want < n_vocab ? s_want : n_vocab);
     int n = 0;
     for (int32_t i = 0; i < n_vocab; i++) { /* ties: the lower id stays ahead */
-        if (n == k && !(x[i] > v[k - 1])) continue;
-        int j = n < k ? n++ : k - 1;
+        if (n == sel && !(x[i] > v[sel - 1])) continue;
+        int j = n < sel ? n++ : sel - 1;
         for (; j > 0 && x[i] > v[j - 1]; j--) v[j] = v[j - 1], id[j] = id[j - 1];
         v[j] = x[i], id[j] = i;
     }
-    if (!(r->temperature > 0)) return id[0];
-    double w[K_MAX], total = 0.0, sum = 0.0;
-    for (int i = 0; i < k; i++) total += w[i] = exp((double)(v[i] - v[0]) / r->temperature);
-    int keep = k;
-    double acc = 0.0;
-    for (int i = 0; r->top_p < 1.0f && i < k; i++)
-        if ((acc += (float)w[i] / total) >= r->top_p) {
-            keep = i + 1;
-            break;
-        }
-    int kept = 0;
-    while (kept < keep && (float)w[kept] >= r->min_p) kept++;
-    keep = kept > 0 ? kept : 1;
-    for (int i = 0; i < keep; i++) sum += (float)w[i];
-    double rem = r->u * sum;
-    for (int i = 0; i < keep; i++)
-        if ((rem -= (float)w[i]) < 0) return id[i];
-    return id[keep - 1];
+    int chosen = 0;
+    if (r->temperature > 0) {
+        double w[K_MAX], total = 0.0, sum = 0.0;
+        for (int i = 0; i < k; i++) total += w[i] = exp((double)(v[i] - v[0]) / r->temperature);
+        int keep = k;
+        double acc = 0.0;
+        for (int i = 0; r->top_p < 1.0f && i < k; i++)
+            if ((acc += (float)w[i] / total) >= r->top_p) {
+                keep = i + 1;
+                break;
+            }
+        int kept = 0;
+        while (kept < keep && (float)w[kept] >= r->min_p) kept++;
+        keep = kept > 0 ? kept : 1;
+        for (int i = 0; i < keep; i++) sum += (float)w[i];
+        double rem = r->u * sum;
+        chosen = keep - 1;
+        for (int i = 0; i < keep; i++)
+            if ((rem -= (float)w[i]) < 0) {
+                chosen = i;
+                break;
+            }
+    }
+    o->token = id[chosen];
+    if (!r->logprobs) return;
+    double z = 0.0;
+    for (int32_t i = 0; i < n_vocab; i++) z += exp((double)(x[i] - v[0]));
+    const float log_z = v[0] + (float)log(z);
+    o->logprob = v[chosen] - log_z;
+    for (int j = 0; j < r->n_top && j < sel; j++)
+        o->top_ids[j] = id[j], o->top_logprobs[j] = v[j] - log_z;
 }
 
-static void ref_sample(hx_backend *be, const float *logits, int64_t n, int64_t n_vocab,
-                       const hx_sample_row *rows, int32_t *tokens)
+static void ref_sample(hx_backend *be, float *logits, int64_t n, int64_t n_vocab,
+                       const hx_sample_row *rows, hx_sample_out *out)
 {
     (void)be;
     for (int64_t i = 0; i < n; i++) {
@@ -321,13 +345,39 @@ static void ref_sample(hx_backend *be, const float *logits, int64_t n, int64_t n
             n_skipped++;
             continue;
         }
-        tokens[i] = ref_draw(logits + i * n_vocab, n_vocab, &rows[i]);
+        ref_draw(logits + i * n_vocab, n_vocab, &rows[i], &out[i]);
         n_drawn++;
     }
 }
 
+/* The tokens and log-probability records of one completion run alone. */
+static int run_recorded(rig *r, hx_completion *c, int32_t *ids, float *lps, int32_t *n)
+{
+    hx_job *j = NULL;
+    hx_err err = {0};
+    CHECK_EQ(hx_executor_submit(r->ex, c, &j, &err), HX_OK);
+    *n = 0;
+    hx_event ev;
+    for (int waited = 0; waited < 1000; waited++) {
+        if (!hx_job_next(j, &ev, 100)) continue;
+        if (ev.kind == HX_EVENT_DONE) break;
+        if (ev.has_lp && *n < 64) {
+            ids[*n] = ev.lp.token;
+            lps[*n * 4] = ev.lp.logprob;
+            for (int a = 0; a < 3; a++) lps[*n * 4 + 1 + a] = ev.lp.top_logprobs[a];
+            (*n)++;
+        }
+        hx_event_clear(&ev);
+    }
+    CHECK_EQ(ev.kind, HX_EVENT_DONE);
+    CHECK_EQ(ev.status, HX_OK);
+    hx_job_release(j);
+    return 0;
+}
+
 /* With a backend that draws tokens, every output is what the host's sampler gives (greedy and
- * seeded, alone and batched), and a job that wants log-probabilities is sampled on the host. */
+ * seeded, alone and batched), and so are the tokens and log-probabilities of a job with a
+ * logit bias and penalties. */
 static int test_backend_draws_equal_host_samples(void)
 {
     rig r;
@@ -348,17 +398,26 @@ static int test_backend_draws_equal_host_samples(void)
                                (unsigned long long)seed, i, together ? " (batched)" : "",
                                host[i], drawn[i]);
         }
-    /* log-probabilities: the row comes back to the host */
-    hx_completion *c = completion(&r, prompts[0], 4);
-    c->logprobs = true;
-    hx_job *j = NULL;
-    hx_err err = {0};
-    n_drawn = n_skipped = 0;
-    CHECK_EQ(hx_executor_submit(r.ex, c, &j, &err), HX_OK);
-    int n_text;
-    CHECK_EQ(read_all(j, &n_text, NULL, 0).status, HX_OK);
-    hx_job_release(j);
-    CHECK(n_skipped == 4 && n_drawn == 0);
+    int32_t ids[2][64], n[2];
+    float lps[2][64 * 4];
+    static const int32_t bias_ids[2] = {198, 30};
+    static const float bias_values[2] = {2.5f, -1.0f};
+    for (int side = 0; side < 2; side++) {
+        r.m.be->sample = side ? ref_sample : NULL;
+        n_drawn = 0;
+        hx_completion *c = completion(&r, prompts[1], 12);
+        c->logprobs = true;
+        hx_sampling *sp = &c->gp.sampling;
+        sp->temperature = 0.7f, sp->seed = 3, sp->n_logprobs = 3, sp->repeat_penalty = 1.3f;
+        sp->presence_penalty = 0.4f, sp->frequency_penalty = 0.2f;
+        sp->bias_ids = bias_ids, sp->bias_values = bias_values, sp->n_bias = 2;
+        CHECK_EQ(run_recorded(&r, c, ids[side], lps[side], &n[side]), 0);
+        CHECK(side == 0 || n_drawn == 12);
+    }
+    CHECK_EQ(n[0], 12);
+    CHECK_EQ(n[1], 12);
+    CHECK(memcmp(ids[0], ids[1], (size_t)n[0] * sizeof ids[0][0]) == 0);
+    CHECK(memcmp(lps[0], lps[1], (size_t)n[0] * 4 * sizeof(float)) == 0);
     r.m.be->sample = NULL;
     rig_free(&r);
     return 0;

@@ -388,8 +388,9 @@ static int test_lazy_grammar_is_inactive_until_begin(void)
     return 0;
 }
 
-/* A backend may draw a token only when the chain is truncation and a draw; the number it draws
- * with is the one hx_sampler_sample would have taken, and the generator stays in step. */
+/* A backend may draw a token unless a grammar constrains it or top-k is off (or too large); the
+ * number it draws with is the one hx_sampler_sample would have taken, the generator stays in
+ * step, and the bias and penalties travel as edits. */
 static int test_device_row_takes_the_next_number(void)
 {
     hx_sampling p = hx_sampling_default();
@@ -398,9 +399,9 @@ static int test_device_row_takes_the_next_number(void)
     hx_err err = {0};
     hx_sample_row row;
     CHECK_EQ(hx_sampler_init(&p, 4, &a, &err), HX_OK);
-    CHECK(hx_sampler_device_row(a, &row));
+    CHECK(hx_sampler_device_row(a, false, &row));
     CHECK(row.temperature == 0.8f && row.top_k == 40 && row.top_p == 0.95f && row.min_p == 0.05f);
-    CHECK(row.u >= 0.0 && row.u < 1.0);
+    CHECK(row.u >= 0.0 && row.u < 1.0 && row.n_edits == 0 && !row.logprobs);
     hx_sampler_free(a);
     /* Three equal logits kept (top-k 3 of 4, no top-p or min-p): token floor(3 u). The host's
      * first draw must be what the device row's u gives, and the host's second what a sampler
@@ -411,33 +412,52 @@ static int test_device_row_takes_the_next_number(void)
         CHECK_EQ(hx_sampler_init(&p, 4, &a, &err), HX_OK);
         CHECK_EQ(hx_sampler_init(&p, 4, &b, &err), HX_OK);
         float l[4] = {0, 0, 0, -1};
-        CHECK(hx_sampler_device_row(a, &row));
+        CHECK(hx_sampler_device_row(a, false, &row));
         CHECK_EQ(hx_sampler_sample(b, l, NULL), (int32_t)(row.u * 3));
         float l1[4] = {0, 0, 0, -1}, l2[4] = {0, 0, 0, -1};
         CHECK_EQ(hx_sampler_sample(a, l1, NULL), hx_sampler_sample(b, l2, NULL));
         hx_sampler_free(a);
         hx_sampler_free(b);
     }
-    /* Greedy takes no number: the argmax, top_k 1. */
-    p.temperature = 0.0f, p.top_k = 0;
+    /* Greedy takes no number: the argmax, top_k 1; logprobs ask for the alternatives. */
+    p.temperature = 0.0f, p.top_k = 0, p.n_logprobs = 4;
     CHECK_EQ(hx_sampler_init(&p, 4, &a, &err), HX_OK);
-    CHECK(hx_sampler_device_row(a, &row));
+    CHECK(hx_sampler_device_row(a, true, &row));
     CHECK(row.temperature == 0.0f && row.top_k == 1 && row.u == 0.0);
+    CHECK(row.logprobs && row.n_top == 4);
     hx_sampler_free(a);
-    /* What only the host does: bias, penalties, an active grammar, top-k off or past the
-     * backend's bound. */
-    int32_t ids[1] = {2};
-    float vals[1] = {1.0f};
-    hx_sampling no[5];
-    for (int i = 0; i < 5; i++) no[i] = hx_sampling_default();
-    no[0].bias_ids = ids, no[0].bias_values = vals, no[0].n_bias = 1;
-    no[1].repeat_penalty = 1.1f;
-    no[2].frequency_penalty = 0.5f;
-    no[3].top_k = 0;
-    no[4].top_k = HX_SAMPLE_TOP_K + 1;
-    for (int i = 0; i < 5; i++) {
+    /* The bias, then each distinct token of the window with its count (3 twice: one edit; 2 both
+     * biased and seen). */
+    int32_t ids[2] = {2, 0};
+    float vals[2] = {1.5f, -2.0f};
+    p = hx_sampling_default();
+    p.bias_ids = ids, p.bias_values = vals, p.n_bias = 2, p.presence_penalty = 0.5f;
+    CHECK_EQ(hx_sampler_init(&p, 8, &a, &err), HX_OK);
+    hx_sampler_accept(a, 2);
+    hx_sampler_accept(a, 3);
+    hx_sampler_accept(a, 5);
+    hx_sampler_accept(a, 3);
+    CHECK(hx_sampler_device_row(a, false, &row));
+    CHECK_EQ(row.n_edits, 4);
+    CHECK(row.presence_penalty == 0.5f && row.repeat_penalty == 1.0f);
+    CHECK(row.edits[0].id == 2 && row.edits[0].bias == 1.5f && row.edits[0].count == 1);
+    CHECK(row.edits[1].id == 0 && row.edits[1].bias == -2.0f && row.edits[1].count == 0);
+    CHECK(row.edits[2].id == 3 && row.edits[2].bias == 0.0f && row.edits[2].count == 2);
+    CHECK(row.edits[3].id == 5 && row.edits[3].bias == 0.0f && row.edits[3].count == 1);
+    CHECK(hx_sampler_device_row(a, false, &row)); /* the counts are left as they were */
+    CHECK(row.n_edits == 4 && row.edits[2].count == 2 && row.edits[3].count == 1);
+    hx_sampler_free(a);
+    /* What only the host does: top-k off or past the backend's bound, an id twice in the bias,
+     * an active grammar. */
+    int32_t twice[2] = {1, 1};
+    hx_sampling no[3];
+    for (int i = 0; i < 3; i++) no[i] = hx_sampling_default();
+    no[0].top_k = 0;
+    no[1].top_k = HX_SAMPLE_TOP_K + 1;
+    no[2].bias_ids = twice, no[2].bias_values = vals, no[2].n_bias = 2;
+    for (int i = 0; i < 3; i++) {
         CHECK_EQ(hx_sampler_init(&no[i], 4, &a, &err), HX_OK);
-        if (hx_sampler_device_row(a, &row)) CHECK_FAIL("settings %d drawn by the backend", i);
+        if (hx_sampler_device_row(a, false, &row)) CHECK_FAIL("settings %d drawn by the backend", i);
         hx_sampler_free(a);
     }
     gram gr;
@@ -445,9 +465,9 @@ static int test_device_row_takes_the_next_number(void)
     hx_sampling g = gram_sampling(&gr, 0);
     g.grammar_lazy = true;
     CHECK_EQ(hx_sampler_init(&g, GV, &a, &err), HX_OK);
-    CHECK(hx_sampler_device_row(a, &row)); /* a lazy grammar not begun constrains nothing */
+    CHECK(hx_sampler_device_row(a, false, &row)); /* a lazy grammar not begun constrains nothing */
     hx_sampler_grammar_begin(a);
-    CHECK(!hx_sampler_device_row(a, &row));
+    CHECK(!hx_sampler_device_row(a, false, &row));
     hx_sampler_free(a);
     gram_close(&gr);
     return 0;

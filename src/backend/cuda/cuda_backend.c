@@ -1315,26 +1315,50 @@ static void cuda_softcap(hx_backend *be, float *x, float cap, int64_t n)
 
 /* ---- sampling ---- */
 
-#define SAMPLE_ROWS 64 /* rows one launch draws */
+#define SAMPLE_ROWS  64 /* rows one launch draws */
+#define EDITS_PAD    64 /* edits are staged in multiples of this (a stable step signature) */
 
 typedef struct {
-    const float        *logits;
-    const hx_cuda_draw *draws;
-    void               *scratch;
-    int32_t            *out;
-    int64_t             n, n_vocab;
+    float               *logits;
+    const hx_cuda_draw  *draws;
+    const hx_cuda_edit  *edits;
+    void                *scratch;
+    hx_cuda_drawn       *out;
+    int64_t              n, n_vocab, n_edits;
 } sample_args;
 
 static void run_sample(cuda_impl *c, const void *p)
 {
     const sample_args *a = p;
-    hx_cuda_sample(a->logits, a->n, a->n_vocab, a->draws, a->scratch, a->out, c->stream);
+    hx_cuda_sample(a->logits, a->n, a->n_vocab, a->draws, a->edits, a->n_edits, a->scratch, a->out,
+                   c->stream);
 }
 
-/* The draws join the step's log (their settings and numbers staged like any host array, so a
- * replayed step draws with the new ones) and the step runs at the read of the token ids. */
-static void cuda_sample(hx_backend *be, const float *logits, int64_t n, int64_t n_vocab,
-                        const hx_sample_row *rows, int32_t *tokens)
+/* The rows' edits as one array staged padded (NULL when there are none). */
+static const hx_cuda_edit *stage_edits(cuda_impl *c, const hx_sample_row *rows, int64_t m,
+                                       int64_t *n_padded)
+{
+    int64_t n = 0;
+    for (int64_t i = 0; i < m; i++) n += rows[i].top_k > 0 ? rows[i].n_edits : 0;
+    *n_padded = (n + EDITS_PAD - 1) / EDITS_PAD * EDITS_PAD;
+    if (n == 0) return NULL;
+    hx_cuda_edit *e = hx_alloc((size_t)n * sizeof *e);
+    if (!e) cuda_die("host allocation", "out of memory for the sampling edits", __FILE__, __LINE__);
+    int64_t k = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int32_t j = 0; rows[i].top_k > 0 && j < rows[i].n_edits; j++) {
+            const hx_sample_edit *x = &rows[i].edits[j];
+            e[k++] = (hx_cuda_edit){(int32_t)i + 1, x->id, x->bias, x->count};
+        }
+    const hx_cuda_edit *d = stage(c, e, (size_t)n * sizeof *e, (size_t)*n_padded * sizeof *e);
+    hx_free(e);
+    return d;
+}
+
+/* The draws join the step's log (their settings, numbers and edits staged like any host array,
+ * so a replayed step draws with the new ones) and the step runs at the read of the results. */
+static void cuda_sample(hx_backend *be, float *logits, int64_t n, int64_t n_vocab,
+                        const hx_sample_row *rows, hx_sample_out *out)
 {
     cuda_impl *c = cx(be);
     for (int64_t i0 = 0; i0 < n; i0 += SAMPLE_ROWS) {
@@ -1345,29 +1369,38 @@ static void cuda_sample(hx_backend *be, const float *logits, int64_t n, int64_t 
         for (int64_t i = 0; i < m; i++) {
             const hx_sample_row *r = &rows[i0 + i];
             if (r->top_k <= 0) continue;
-            d[i] = (hx_cuda_draw){r->temperature, r->top_k, r->top_p, r->min_p, r->u};
+            d[i] = (hx_cuda_draw){r->temperature, r->top_k, r->top_p, r->min_p, r->u, r->logprobs,
+                                  r->n_top, r->repeat_penalty, r->presence_penalty,
+                                  r->frequency_penalty, 0};
             any = true;
         }
         if (!any) continue;
-        const size_t cand = hx_cuda_sample_scratch(m, n_vocab);
+        const size_t cand = hx_cuda_sample_scratch(SAMPLE_ROWS, n_vocab);
         hx_err err = {0};
         if (ensure_half(c, &c->smp_scratch, &c->smp_scratch_elems,
-                        (int64_t)hx_cuda_sample_scratch(SAMPLE_ROWS, n_vocab) / 2 +
-                            SAMPLE_ROWS * 2, &err) != HX_OK)
+                        (int64_t)(cand + sizeof(hx_cuda_drawn[SAMPLE_ROWS]) + 1) / 2,
+                        &err) != HX_OK)
             cuda_die("sampling scratch", err.msg, __FILE__, __LINE__);
         sample_args a;
         memset(&a, 0, sizeof a);
         a.logits = logits + i0 * n_vocab;
         a.draws = stage(c, d, (size_t)m * sizeof *d, (size_t)m * sizeof *d);
+        a.edits = stage_edits(c, rows + i0, m, &a.n_edits);
         a.scratch = c->smp_scratch;
-        a.out = (int32_t *)((unsigned char *)c->smp_scratch + cand);
+        a.out = (hx_cuda_drawn *)((unsigned char *)c->smp_scratch + cand);
         a.n = m;
         a.n_vocab = n_vocab;
         record(c, "sample", run_sample, &a, sizeof a);
-        int32_t got[SAMPLE_ROWS];
+        hx_cuda_drawn got[SAMPLE_ROWS];
         cuda_read(be, got, a.out, (size_t)m * sizeof *got);
-        for (int64_t i = 0; i < m; i++)
-            if (d[i].top_k > 0) tokens[i0 + i] = got[i];
+        for (int64_t i = 0; i < m; i++) {
+            if (d[i].top_k <= 0) continue;
+            hx_sample_out *o = &out[i0 + i];
+            o->token = got[i].token;
+            o->logprob = got[i].logprob;
+            memcpy(o->top_ids, got[i].top_ids, sizeof o->top_ids);
+            memcpy(o->top_logprobs, got[i].top_logprobs, sizeof o->top_logprobs);
+        }
     }
 }
 

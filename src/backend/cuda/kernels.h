@@ -123,21 +123,38 @@ void hx_cuda_add(float *x, const float *y, int64_t n, hx_cuda_stream s);
 void hx_cuda_scale(float *x, float f, int64_t n, hx_cuda_stream s);
 void hx_cuda_softcap(float *x, float cap, int64_t n, hx_cuda_stream s);
 
-/* Draws of the sampler chain on the device (sample.cu): one row of hx_cuda_draw per row of
- * logits, laid out as backend.h's hx_sample_row (temperature 0: the argmax; top_k 0: the row is
- * skipped, its out entry left alone; top_k at most HX_CUDA_DRAW_TOP_K). */
+/* Draws of the sampler chain on the device (sample.cu): one hx_cuda_draw per row of logits,
+ * as backend.h's hx_sample_row (temperature 0: the argmax; top_k 0: the row is skipped, its out
+ * entry left alone; top_k at most HX_CUDA_DRAW_TOP_K; logprobs 0 or 1). */
 typedef struct {
     float   temperature;
     int32_t top_k;
     float   top_p, min_p;
     double  u;
+    int32_t logprobs, n_top;
+    float   repeat, presence, frequency;
+    int32_t unused;
 } hx_cuda_draw;
+/* backend.h's hx_sample_edit of row `row1 - 1` (row1 0: padding, ignored). */
+typedef struct {
+    int32_t row1, id;
+    float   bias;
+    int32_t count;
+} hx_cuda_edit;
+typedef struct {
+    int32_t token;
+    float   logprob;
+    int32_t top_ids[20];
+    float   top_logprobs[20];
+} hx_cuda_drawn;
 #define HX_CUDA_DRAW_TOP_K 256
 /* Bytes of device scratch hx_cuda_sample needs for n rows of n_vocab logits. */
 size_t hx_cuda_sample_scratch(int64_t n, int64_t n_vocab);
-/* out[i] = the token drawn from row i of logits [n, n_vocab] by draws[i] (device memory). */
-void hx_cuda_sample(const float *logits, int64_t n, int64_t n_vocab, const hx_cuda_draw *draws,
-                    void *scratch, int32_t *out, hx_cuda_stream s);
+/* Applies the n_edits edits to logits [n, n_vocab] in place, then out[i] = the draw of row i
+ * (device memory). */
+void hx_cuda_sample(float *logits, int64_t n, int64_t n_vocab, const hx_cuda_draw *draws,
+                    const hx_cuda_edit *edits, int64_t n_edits, void *scratch,
+                    hx_cuda_drawn *out, hx_cuda_stream s);
 
 #ifdef __cplusplus
 }

@@ -1,15 +1,17 @@
 // sample.cu - the sampler chain's draw on the device (kernels.h: hx_cuda_sample).
 //
 // Copying a row of logits back costs more than drawing from it: 128k floats are 512 KB over
-// PCIe and then a selection over the whole vocabulary on one host core (~0.8 ms a step of an 8B
-// model at the default settings). Here each row's top_k best logits are found in two launches:
-// a block per 4,096-logit segment keeps that segment's top_k (a radix select on the logits'
-// order-preserving 32-bit keys, 8 bits a pass, the segment held in shared memory), and a block
-// per row selects the row's top_k from those candidates, sorts them (bitonic, by logit
-// descending, the lower id first on ties) and runs the rest of the chain on them as the host's
-// sampler does (sample/sampler.c: the same operations in the same order and precision, so the
-// same u gives the same token). Ties at the k-th logit go to the lower ids, as on the host:
-// every selection writes its picks in index order, and a row's candidates are in id order.
+// PCIe and then a selection over the whole vocabulary on one host core (~0.3-0.6 ms a step of
+// an 8B model). Here a launch applies the row's edits (logit bias, penalties) in place, then each
+// row's best logits are found in two launches: a block per 4,096-logit segment keeps that
+// segment's top k (a radix select on the logits' order-preserving 32-bit keys, 8 bits a pass,
+// the segment held in shared memory; with logprobs also the segment's max and sum of
+// exponentials), and a block per row selects the row's top k from those candidates, sorts them
+// (bitonic, by logit descending, the lower id first on ties) and runs the rest of the chain on
+// them as the host's sampler does (sample/sampler.c: the same operations in the same order and
+// precision, so the same u gives the same token), then the log-probabilities from the segments'
+// sums. Ties at the k-th logit go to the lower ids, as on the host: every selection writes its
+// picks in index order, and a row's candidates are in id order.
 #include "backend/cuda/kernels.h"
 
 #include <math.h>
@@ -21,6 +23,7 @@ constexpr int SEG = 4096;          // logits a segment block selects from
 constexpr int SEG_THREADS = 256;
 constexpr int ROW_THREADS = 512;
 constexpr int TOPK = HX_CUDA_DRAW_TOP_K;
+constexpr int HX_CUDA_DRAW_N_TOP = 20; // hx_cuda_drawn's arrays
 
 // A float's key: unsigned order equals the floats' order (-0 as +0); NaN ranks below -inf.
 __device__ __forceinline__ uint32_t float_key(float f)
@@ -136,23 +139,82 @@ __device__ void sort_desc(uint32_t *key, int32_t *id)
         }
 }
 
-// Block (segment, row): the segment's K best as (key, id), in id order, into the row's candidates
-// at [seg * K, seg * K + K) (a short segment pads with key 0, which no logit has).
+// A row's edits (backend.h, hx_sample_edit), with the host's f32 operations uncontracted.
+__global__ void apply_edits(float *logits, int64_t V, const hx_cuda_draw *draws,
+                            const hx_cuda_edit *edits, int64_t n_edits)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_edits || edits[i].row1 <= 0) return;
+    const hx_cuda_edit e = edits[i];
+    const hx_cuda_draw p = draws[e.row1 - 1];
+    if (p.top_k <= 0 || e.id < 0 || e.id >= V) return;
+    float *x = logits + (size_t)(e.row1 - 1) * V + e.id;
+    float v = __fadd_rn(*x, e.bias);
+    if (e.count > 0) {
+        v = v > 0 ? __fdiv_rn(v, p.repeat) : __fmul_rn(v, p.repeat);
+        v = __fsub_rn(v, __fadd_rn(p.presence, __fmul_rn(p.frequency, (float)e.count)));
+    }
+    *x = v;
+}
+
+// Candidates kept per segment: the chain's k, or more when more alternatives are wanted.
+__device__ __forceinline__ int row_sel(const hx_cuda_draw &p, int64_t V)
+{
+    int k = row_k(p, V);
+    if (p.logprobs && p.n_top > k) k = p.n_top < TOPK ? p.n_top : TOPK;
+    return V < k ? (int)V : k;
+}
+
+// The block's largest v (op 0) or sum (op 1); every thread gets it.
+__device__ float block_reduce(float v, int op, float *red)
+{
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float t = __shfl_xor_sync(0xffffffffu, v, o);
+        v = op == 0 ? fmaxf(v, t) : v + t;
+    }
+    __syncthreads(); // red may still be read from a previous call
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    v = red[0];
+    for (int j = 1; j < nw; j++) v = op == 0 ? fmaxf(v, red[j]) : v + red[j];
+    return v;
+}
+
+// Block (segment, row): the segment's best as (key, id), in id order, into the row's candidates
+// at [seg * n, seg * n + n), n = row_sel (a short segment pads with key 0, which no logit has);
+// with logprobs also the segment's largest logit and its sum of exp(logit - that).
 __global__ void __launch_bounds__(SEG_THREADS)
 select_segments(const float *logits, int64_t V, const hx_cuda_draw *draws, int nseg,
-                uint32_t *ck, int32_t *cid)
+                uint32_t *ck, int32_t *cid, float *seg_mx, float *seg_sum)
 {
     const int seg = blockIdx.x, r = blockIdx.y, tid = threadIdx.x;
     const hx_cuda_draw p = draws[r];
     if (p.top_k <= 0) return;
-    const int K = row_k(p, V);
+    const int K = row_sel(p, V);
     const int64_t lo = (int64_t)seg * SEG;
     const int n = (int)(V - lo < SEG ? V - lo : SEG);
     __shared__ uint32_t keys[SEG], hist[256];
     __shared__ int sel[TOPK];
+    __shared__ float red[32];
     const float *x = logits + (size_t)r * V + lo;
-    for (int i = tid; i < n; i += SEG_THREADS) keys[i] = float_key(x[i]);
+    uint32_t best = 0;
+    for (int i = tid; i < n; i += SEG_THREADS) {
+        keys[i] = float_key(x[i]);
+        best = keys[i] > best ? keys[i] : best;
+    }
     __syncthreads();
+    if (p.logprobs) { // NaN (key 1) and -inf add nothing
+        const float m = block_reduce(best > 1u ? key_float(best) : -INFINITY, 0, red);
+        float sum = 0.0f;
+        for (int i = tid; m > -INFINITY && i < n; i += SEG_THREADS)
+            if (keys[i] > 1u) sum += expf(key_float(keys[i]) - m);
+        sum = block_reduce(sum, 1, red);
+        if (tid == 0) {
+            seg_mx[(size_t)r * nseg + seg] = m;
+            seg_sum[(size_t)r * nseg + seg] = sum;
+        }
+    }
     const int m = n < K ? n : K;
     if (n <= K) {
         for (int i = tid; i < n; i += SEG_THREADS) sel[i] = i;
@@ -167,69 +229,83 @@ select_segments(const float *logits, int64_t V, const hx_cuda_draw *draws, int n
     }
 }
 
-// Block per row: the row's K best of its candidates, sorted, then the chain of sampler.c's draw().
+// Block per row: the row's best of its candidates, sorted, then the chain of sampler.c's draw()
+// over the first k, and the log-probabilities when asked.
 __global__ void __launch_bounds__(ROW_THREADS)
 draw_rows(const hx_cuda_draw *draws, int64_t V, int nseg, const uint32_t *ck, const int32_t *cid,
-          int32_t *out)
+          const float *seg_mx, const float *seg_sum, hx_cuda_drawn *out)
 {
     const int r = blockIdx.x, tid = threadIdx.x;
     const hx_cuda_draw p = draws[r];
     if (p.top_k <= 0) return;
-    const int K = row_k(p, V);
+    const int K = row_k(p, V), S = row_sel(p, V);
     __shared__ uint32_t hist[256], key[TOPK];
     __shared__ int32_t id[TOPK];
     __shared__ int sel[TOPK];
     __shared__ double e[TOPK];
     const size_t at = (size_t)r * nseg * TOPK;
-    block_select(ck + at, nseg * K, K, hist, sel);
+    block_select(ck + at, nseg * S, S, hist, sel);
     __syncthreads();
     for (int j = tid; j < TOPK; j += ROW_THREADS) {
-        key[j] = j < K ? ck[at + sel[j]] : 0u;
-        id[j] = j < K ? cid[at + sel[j]] : INT32_MAX;
+        key[j] = j < S ? ck[at + sel[j]] : 0u;
+        id[j] = j < S ? cid[at + sel[j]] : INT32_MAX;
     }
     __syncthreads();
     sort_desc(key, id);
-    if (!(p.temperature > 0.0f)) {
-        if (tid == 0) out[r] = id[0];
-        return;
-    }
+    const bool greedy = !(p.temperature > 0.0f);
     const float mx = key_float(key[0]);
-    for (int j = tid; j < K; j += ROW_THREADS)
+    for (int j = tid; j < K && !greedy; j += ROW_THREADS)
         e[j] = exp((double)(key_float(key[j]) - mx) / (double)p.temperature);
     __syncthreads();
     if (tid != 0) return;
-    // The weights are sorted descending (the best is 1), so top-p and min-p each keep a prefix.
-    double total = 0.0;
-    if (p.top_p < 1.0f)
-        for (int i = 0; i < K; i++) total += e[i];
-    int keep = K;
-    if (p.top_p < 1.0f) {
-        double acc = 0.0;
-        for (int i = 0; i < K; i++) {
-            acc += (double)(float)e[i] / total;
-            if (acc >= (double)p.top_p) {
-                keep = i + 1;
+    int chosen = 0; // index into the sorted candidates
+    if (!greedy) {
+        // The weights are sorted descending (the best is 1), so top-p and min-p keep a prefix.
+        double total = 0.0;
+        if (p.top_p < 1.0f)
+            for (int i = 0; i < K; i++) total += e[i];
+        int keep = K;
+        if (p.top_p < 1.0f) {
+            double acc = 0.0;
+            for (int i = 0; i < K; i++) {
+                acc += (double)(float)e[i] / total;
+                if (acc >= (double)p.top_p) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        if (p.min_p > 0.0f) {
+            int k = 0;
+            while (k < keep && (float)e[k] >= p.min_p) k++;
+            keep = k > 0 ? k : 1;
+        }
+        double sum = 0.0;
+        for (int i = 0; i < keep; i++) sum += (double)(float)e[i];
+        double rem = p.u * sum;
+        chosen = keep - 1;
+        for (int i = 0; i < keep; i++) {
+            rem -= (double)(float)e[i];
+            if (rem < 0) {
+                chosen = i;
                 break;
             }
         }
     }
-    if (p.min_p > 0.0f) {
-        int k = 0;
-        while (k < keep && (float)e[k] >= p.min_p) k++;
-        keep = k > 0 ? k : 1;
+    hx_cuda_drawn *o = &out[r];
+    o->token = id[chosen];
+    if (!p.logprobs) return;
+    double z = 0.0; // the whole row's sum of exp(logit - mx), from the segments' sums
+    for (int s = 0; s < nseg; s++) {
+        const float sm = seg_mx[(size_t)r * nseg + s];
+        if (sm > -INFINITY) z += (double)seg_sum[(size_t)r * nseg + s] * exp((double)sm - mx);
     }
-    double sum = 0.0;
-    for (int i = 0; i < keep; i++) sum += (double)(float)e[i];
-    double rem = p.u * sum;
-    int32_t chosen = id[keep - 1];
-    for (int i = 0; i < keep; i++) {
-        rem -= (double)(float)e[i];
-        if (rem < 0) {
-            chosen = id[i];
-            break;
-        }
+    const float log_z = mx + (float)log(z);
+    o->logprob = key_float(key[chosen]) - log_z;
+    for (int j = 0; j < p.n_top && j < S && j < HX_CUDA_DRAW_N_TOP; j++) {
+        o->top_ids[j] = id[j];
+        o->top_logprobs[j] = key_float(key[j]) - log_z;
     }
-    out[r] = chosen;
 }
 
 int segments(int64_t V)
@@ -243,20 +319,28 @@ extern "C" {
 
 size_t hx_cuda_sample_scratch(int64_t n, int64_t n_vocab)
 {
-    return (size_t)n * (size_t)segments(n_vocab) * TOPK * (sizeof(uint32_t) + sizeof(int32_t));
+    const size_t nseg = (size_t)segments(n_vocab);
+    return (size_t)n * nseg * (TOPK * (sizeof(uint32_t) + sizeof(int32_t)) + 2 * sizeof(float));
 }
 
-void hx_cuda_sample(const float *logits, int64_t n, int64_t n_vocab, const hx_cuda_draw *draws,
-                    void *scratch, int32_t *out, hx_cuda_stream s)
+void hx_cuda_sample(float *logits, int64_t n, int64_t n_vocab, const hx_cuda_draw *draws,
+                    const hx_cuda_edit *edits, int64_t n_edits, void *scratch,
+                    hx_cuda_drawn *out, hx_cuda_stream s)
 {
     if (n <= 0 || n_vocab <= 0) return;
+    const cudaStream_t st = (cudaStream_t)s;
     const int nseg = segments(n_vocab);
     uint32_t *ck = (uint32_t *)scratch;
     int32_t *cid = (int32_t *)(ck + (size_t)n * nseg * TOPK);
-    select_segments<<<dim3((unsigned)nseg, (unsigned)n), SEG_THREADS, 0, (cudaStream_t)s>>>(
-        logits, n_vocab, draws, nseg, ck, cid);
-    draw_rows<<<(unsigned)n, ROW_THREADS, 0, (cudaStream_t)s>>>(draws, n_vocab, nseg, ck, cid,
-                                                                 out);
+    float *seg_mx = (float *)(cid + (size_t)n * nseg * TOPK);
+    float *seg_sum = seg_mx + (size_t)n * nseg;
+    if (n_edits > 0)
+        apply_edits<<<(unsigned)((n_edits + 255) / 256), 256, 0, st>>>(logits, n_vocab, draws,
+                                                                        edits, n_edits);
+    select_segments<<<dim3((unsigned)nseg, (unsigned)n), SEG_THREADS, 0, st>>>(
+        logits, n_vocab, draws, nseg, ck, cid, seg_mx, seg_sum);
+    draw_rows<<<(unsigned)n, ROW_THREADS, 0, st>>>(draws, n_vocab, nseg, ck, cid, seg_mx, seg_sum,
+                                                   out);
 }
 
 } // extern "C"
