@@ -224,6 +224,60 @@ static bool gemv_rounds_x(hx_dtype dt, int64_t n_rows)
            dt != HX_DT_BF16;
 }
 
+/* w through `weight` and `matmul` at each row count of rows (GEMV up to HX_CUDA_GEMV_ROWS, cuBLAS
+ * above), every other one with a bias, against the float64 loop. */
+static int check_matmul(const weight *w, const int64_t *rows, size_t n_cases)
+{
+    hx_err err = {0};
+    const hx_dtype dt = w->t.dtype;
+    const int64_t n_out = w->t.shape[0], n_in = w->t.shape[1];
+    const hx_tensor *pw = gpu->weight(gpu, &w->t, &err);
+    CHECK(pw != NULL);
+    /* reserve again: the chunk buffer is sized from the weights seen */
+    CHECK(gpu->reserve(gpu, n_in, 64, &err) == HX_OK);
+    float *bias_v = hx_alloc((size_t)n_out * sizeof *bias_v); /* kept: see the file comment */
+    CHECK(bias_v);
+    fill(bias_v, n_out, -1, 1);
+    const hx_tensor bias = {.dtype = HX_DT_F32, .n_dims = 1, .shape = {n_out},
+                            .data = bias_v, .n_bytes = (size_t)n_out * sizeof *bias_v};
+    for (size_t k = 0; k < n_cases; k++) {
+        const int64_t n = rows[k];
+        float *x = hx_alloc((size_t)(n * n_in) * sizeof *x);
+        float *got = hx_alloc((size_t)(n * n_out) * sizeof *got);
+        float *want = hx_alloc((size_t)(n * n_out) * sizeof *want);
+        fill(x, n * n_in, -1, 1);
+        const bool with_bias = k % 2 == 1;
+        float *dx = dev(x, n * n_in), *dout = dev(NULL, n * n_out);
+        gpu->matmul(gpu, pw, with_bias ? &bias : NULL, dx, n, dout);
+        back(got, dout, n * n_out);
+        matmul_ref(&w->t, with_bias ? bias_v : NULL, x, n, want);
+        const bool rounds = gemv_rounds_x(dt, n);
+        const double tol = rounds ? 2e-4
+                           : n <= HX_CUDA_GEMV_ROWS || dt == HX_DT_F32 ? 1e-5 : 3e-3;
+        const double e = rel_err(got, want, n * n_out);
+        if (!(e <= tol))
+            CHECK_FAIL("format %s, %lld rows: relative error %.3g (tol %g)", hx_dtypes[dt].name,
+                       (long long)n, e, tol);
+        if (rounds) { /* exact up to summation order against the same rounding */
+            float *xr = hx_alloc((size_t)(n * n_in) * sizeof *xr);
+            round_like_gemv(x, n * n_in, xr);
+            matmul_ref(&w->t, with_bias ? bias_v : NULL, xr, n, want);
+            const double er = rel_err(got, want, n * n_out);
+            if (!(er <= 1e-5))
+                CHECK_FAIL("format %s, %lld rows, against rounded x: relative error %.3g",
+                           hx_dtypes[dt].name, (long long)n, er);
+            hx_free(xr);
+        }
+        gpu->free(gpu, dx);
+        gpu->free(gpu, dout);
+        hx_free(x);
+        hx_free(got);
+        hx_free(want);
+    }
+    gpu->weight_release(gpu, pw); /* the weight's memory stays: see the file comment */
+    return 0;
+}
+
 /* Every format through `weight` and `matmul`, at row counts on both paths (GEMV up to
  * HX_CUDA_GEMV_ROWS, cuBLAS above), with and without a bias. */
 static int test_matmul_formats(void)
@@ -233,55 +287,56 @@ static int test_matmul_formats(void)
     const int64_t n_out = 131, n_in = 768, rows[] = {1, 2, 3, 5, 8, 37};
     CHECK(gpu->reserve(gpu, n_in, 64, &err) == HX_OK);
     static weight ws[HX_COUNTOF(all_formats)];
-    static float bias_vs[HX_COUNTOF(all_formats)][131];
     for (size_t f = 0; f < HX_COUNTOF(all_formats); f++) {
-        weight *wp = &ws[f];
-        if (weight_make(wp, all_formats[f], n_out, n_in)) return 1;
-        const weight w = *wp;
-        const hx_tensor *pw = gpu->weight(gpu, &w.t, &err);
-        CHECK(pw != NULL);
-        /* reserve again: the chunk buffer is sized from the weights seen */
-        CHECK(gpu->reserve(gpu, n_in, 64, &err) == HX_OK);
-        float *bias_v = bias_vs[f];
-        fill(bias_v, n_out, -1, 1);
-        const hx_tensor bias = {.dtype = HX_DT_F32, .n_dims = 1, .shape = {n_out},
-                                .data = bias_v, .n_bytes = (size_t)n_out * sizeof *bias_v};
-        for (size_t k = 0; k < HX_COUNTOF(rows); k++) {
-            const int64_t n = rows[k];
-            float *x = hx_alloc((size_t)(n * n_in) * sizeof *x);
-            float *got = hx_alloc((size_t)(n * n_out) * sizeof *got);
-            float *want = hx_alloc((size_t)(n * n_out) * sizeof *want);
-            fill(x, n * n_in, -1, 1);
-            const bool with_bias = k % 2 == 1;
-            float *dx = dev(x, n * n_in), *dout = dev(NULL, n * n_out);
-            gpu->matmul(gpu, pw, with_bias ? &bias : NULL, dx, n, dout);
-            back(got, dout, n * n_out);
-            matmul_ref(&w.t, with_bias ? bias_v : NULL, x, n, want);
-            const bool rounds = gemv_rounds_x(all_formats[f], n);
-            const double tol = rounds ? 2e-4
-                               : n <= HX_CUDA_GEMV_ROWS || all_formats[f] == HX_DT_F32 ? 1e-5
-                                                                                      : 3e-3;
-            const double e = rel_err(got, want, n * n_out);
-            if (!(e <= tol))
-                CHECK_FAIL("format %s, %lld rows: relative error %.3g (tol %g)",
-                           hx_dtypes[all_formats[f]].name, (long long)n, e, tol);
-            if (rounds) { /* exact up to summation order against the same rounding */
-                float *xr = hx_alloc((size_t)(n * n_in) * sizeof *xr);
-                round_like_gemv(x, n * n_in, xr);
-                matmul_ref(&w.t, with_bias ? bias_v : NULL, xr, n, want);
-                const double er = rel_err(got, want, n * n_out);
-                if (!(er <= 1e-5))
-                    CHECK_FAIL("format %s, %lld rows, against rounded x: relative error %.3g",
-                               hx_dtypes[all_formats[f]].name, (long long)n, er);
-                hx_free(xr);
-            }
-            gpu->free(gpu, dx);
-            gpu->free(gpu, dout);
-            hx_free(x);
-            hx_free(got);
-            hx_free(want);
+        if (weight_make(&ws[f], all_formats[f], n_out, n_in)) return 1;
+        if (check_matmul(&ws[f], rows, HX_COUNTOF(rows))) return 1;
+    }
+    return 0;
+}
+
+/* MLX 4-bit goes up as Q4_1 when f16 holds its scales and biases exactly, and stays MLX
+ * otherwise: f16 ones and bf16 ones in f16's normal range, groups of 64, 32 and 128; bf16 ones
+ * with a value outside it (1e-7); f32 ones. Each on the GEMV (1 row), the tensor-core
+ * GEMV (5) and cuBLAS (37). */
+static int test_mlx4_layouts(void)
+{
+    NEED_GPU();
+    static const struct { hx_dtype sb; int32_t gs; bool outside_f16; } cases[] = {
+        {HX_DT_F16, 64, false}, {HX_DT_BF16, 32, false}, {HX_DT_BF16, 128, true},
+        {HX_DT_F32, 64, false},
+    };
+    const int64_t n_out = 67, n_in = 512, rows[] = {1, 5, 37};
+    static weight ws[HX_COUNTOF(cases)];
+    for (size_t c = 0; c < HX_COUNTOF(cases); c++) {
+        weight *w = &ws[c];
+        if (weight_make(w, HX_DT_MLX4, n_out, n_in)) return 1;
+        const int32_t gs = cases[c].gs;
+        const int64_t n_sb = n_out * (n_in / gs);
+        const size_t eb = cases[c].sb == HX_DT_F32 ? 4 : 2;
+        hx_free(w->s);
+        hx_free(w->b);
+        w->s = hx_alloc((size_t)n_sb * eb);
+        w->b = hx_alloc((size_t)n_sb * eb);
+        CHECK(w->s && w->b);
+        for (int64_t i = 0; i < 2 * n_sb; i++) {
+            float v = i < n_sb ? check_rng_range(&seed, 0.001f, 0.02f)  /* f16's normal range */
+                               : check_rng_range(&seed, 0.01f, 0.1f) * (i % 2 ? -1.0f : 1.0f);
+            if (cases[c].outside_f16 && i == n_sb / 2) v = 1e-7f;
+            uint8_t *p = (i < n_sb ? w->s : w->b) + (size_t)(i % n_sb) * eb;
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            const uint16_t h = cases[c].sb == HX_DT_F16 ? hx_f32_to_f16(v) : (uint16_t)(u >> 16);
+            if (eb == 4) memcpy(p, &v, 4);
+            else memcpy(p, &h, 2);
         }
-        gpu->weight_release(gpu, pw); /* the weight's memory stays: see the file comment */
+        w->t.scales = w->s;
+        w->t.biases = w->b;
+        w->t.sb_dtype = cases[c].sb;
+        w->t.group_size = gs;
+        if (check_matmul(w, rows, HX_COUNTOF(rows))) {
+            printf("  (scales %s, groups of %d)\n", hx_dtypes[cases[c].sb].name, gs);
+            return 1;
+        }
     }
     return 0;
 }
@@ -989,6 +1044,7 @@ static int skip_no_cuda(void)
 }
 #define test_matmul_formats  skip_no_cuda
 #define test_matmul_chunks   skip_no_cuda
+#define test_mlx4_layouts    skip_no_cuda
 #define test_gemv_input_reuse skip_no_cuda
 #define test_gemm_input_reuse skip_no_cuda
 #define test_joined_launches skip_no_cuda
@@ -1024,6 +1080,7 @@ static int test_device_names(void)
 static const check_case cases[] = {
     { "device_names", test_device_names },
     { "matmul_formats", test_matmul_formats },
+    { "mlx4_layouts", test_mlx4_layouts },
     { "matmul_chunks", test_matmul_chunks },
     { "gemm_input_reuse", test_gemm_input_reuse },
     { "gemv_input_reuse", test_gemv_input_reuse },

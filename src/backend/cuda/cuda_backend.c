@@ -31,6 +31,8 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "base/cpu.h"
+#include "base/threadpool.h"
 #include "backend/cuda/blas.h"
 #include "backend/cuda/kernels.h"
 #include "backend/moe_route.h"
@@ -129,6 +131,7 @@ struct cuda_impl {
     int            n_seen;
     void          *blas_ws;           /* cuBLAS's workspace: fixed, so GEMMs can be captured */
     void          *moe_host;          /* the moe op's host arrays (routing) */
+    hx_pool       *load_pool;         /* threads rearranging weights at upload; made at first use */
     size_t         moe_host_bytes;
 };
 
@@ -387,13 +390,103 @@ static bool is_b32(hx_dtype dt)
     return dt == HX_DT_Q4_0 || dt == HX_DT_Q4_1 || dt == HX_DT_Q8_0;
 }
 
-/* A Q4_0/Q4_1/Q8_0 tensor uploaded split (kernels.h): rows of codes into w->q, the f16 scales
- * (and Q4_1's offsets) of its blocks into w->scales (w->biases), rearranged on the host a few
- * MiB of rows at a time. */
-static cudaError_t upload_b32(const hx_tensor *t, hx_cuda_wmat *w)
+/* A bf16 value f16 holds exactly: zero, or in f16's normal range (its 7 mantissa bits fit). */
+static bool bf16_fits_f16(uint16_t h)
+{
+    const int e = (h >> 7) & 0xFF;
+    return (e == 0 && (h & 0x7F) == 0) || (e >= 113 && e <= 142);
+}
+
+static uint16_t bf16_as_f16(uint16_t h) /* h: bf16_fits_f16 */
+{
+    const int e = (h >> 7) & 0xFF;
+    return (uint16_t)((h & 0x8000) | (e == 0 ? 0 : (e - 112) << 10 | (h & 0x7F) << 3));
+}
+
+/* MLX 4-bit is Q4_1 with each group's scale and bias repeated for every 32 values of it (value
+ * = s q + b either way): with groups of a multiple of 32 and scales and biases that f16 holds
+ * exactly (f16 ones, or bf16 ones in f16's normal range), it is uploaded as Q4_1, whose kernels
+ * are faster (the tensor-core GEMV among them), for 11% more bytes (20 per 32 values, not 18).
+ * HEARTH_CUDA_MLX_Q4_1=0 keeps MLX's own kernels (to compare). */
+static bool mlx4_as_q4_1(const hx_tensor *t)
+{
+    const char *env = getenv("HEARTH_CUDA_MLX_Q4_1");
+    if (t->dtype != HX_DT_MLX4 || t->group_size % 32 != 0 || t->sb_dtype == HX_DT_F32 ||
+        (env && strcmp(env, "0") == 0))
+        return false;
+    if (t->sb_dtype == HX_DT_F16) return true;
+    const int64_t n = hx_tensor_n_rows(t) * (t->shape[t->n_dims - 1] / t->group_size);
+    const uint16_t *sc = t->scales, *bi = t->biases;
+    bool fits = true;
+    for (int64_t i = 0; i < n; i++) fits &= bf16_fits_f16(sc[i]) & bf16_fits_f16(bi[i]);
+    return fits;
+}
+
+/* Rows [o0, o0 + n) of t (a 32-value block format, or MLX 4-bit taken as Q4_1) split: codes into
+ * hq (qb bytes a block), f16 scales into hs, Q4_1's offsets into hm. */
+static void split_rows(const hx_tensor *t, int64_t o0, int64_t n, int64_t n_blk, int qb,
+                       unsigned char *hq, uint16_t *hs, uint16_t *hm)
+{
+    if (t->dtype == HX_DT_MLX4) {
+        /* MLX: element i of a block is nibble i % 2 of byte i / 2; Q4_1: byte k holds elements
+         * k (low nibble) and k + 16 (high). */
+        const int64_t per_g = t->group_size / 32, n_g = n_blk / per_g;
+        const bool bf16 = t->sb_dtype == HX_DT_BF16;
+        for (int64_t r = 0; r < n; r++) {
+            const unsigned char *src = (const unsigned char *)t->data + (o0 + r) * n_blk * 16;
+            const uint16_t *sc = (const uint16_t *)t->scales + (o0 + r) * n_g;
+            const uint16_t *bi = (const uint16_t *)t->biases + (o0 + r) * n_g;
+            for (int64_t j = 0; j < n_blk; j++) {
+                const unsigned char *s8 = src + j * 16;
+                unsigned char *d = hq + (r * n_blk + j) * 16;
+                for (int k = 0; k < 8; k++) {
+                    d[2 * k] = (unsigned char)((s8[k] & 15) | s8[8 + k] << 4);
+                    d[2 * k + 1] = (unsigned char)((s8[k] >> 4) | (s8[8 + k] & 0xF0));
+                }
+                const uint16_t sv = sc[j / per_g], bv = bi[j / per_g];
+                hs[r * n_blk + j] = bf16 ? bf16_as_f16(sv) : sv;
+                hm[r * n_blk + j] = bf16 ? bf16_as_f16(bv) : bv;
+            }
+        }
+        return;
+    }
+    const int64_t src_row = (int64_t)hx_dtype_row_bytes(t->dtype, n_blk * 32);
+    const int lead = t->dtype == HX_DT_Q4_1 ? 4 : 2;
+    for (int64_t b = 0; b < n * n_blk; b++) {
+        const unsigned char *p = (const unsigned char *)t->data + o0 * src_row +
+                                 b / n_blk * src_row + b % n_blk * (qb + lead);
+        memcpy(hs + b, p, 2);
+        if (lead == 4) memcpy(hm + b, p + 2, 2);
+        memcpy(hq + b * qb, p + lead, (size_t)qb);
+    }
+}
+
+typedef struct {
+    const hx_tensor *t;
+    int64_t          o0, n, n_blk;
+    int              qb;
+    unsigned char   *hq;
+    uint16_t        *hs, *hm;
+} split_task;
+
+static void run_split(void *p, int ith, int nth)
+{
+    const split_task *a = p;
+    int64_t lo, hi;
+    hx_split_range(a->n, ith, nth, 1, &lo, &hi);
+    if (hi > lo)
+        split_rows(a->t, a->o0 + lo, hi - lo, a->n_blk, a->qb, a->hq + lo * a->n_blk * a->qb,
+                   a->hs + lo * a->n_blk, a->hm ? a->hm + lo * a->n_blk : NULL);
+}
+
+/* A Q4_0/Q4_1/Q8_0 tensor (w->dtype; t may be MLX 4-bit as Q4_1) uploaded split (kernels.h):
+ * rows of codes into w->q, the f16 scales (and Q4_1's offsets) of its blocks into w->scales
+ * (w->biases), rearranged on the host a few MiB of rows at a time by the backend's load threads
+ * (an 8B model's 234M blocks took 2.6 s on one). */
+static cudaError_t upload_b32(cuda_impl *c, const hx_tensor *t, hx_cuda_wmat *w)
 {
     const int64_t n_blk = w->n_in / 32, src_row = (int64_t)hx_dtype_row_bytes(t->dtype, w->n_in);
-    const int qb = t->dtype == HX_DT_Q8_0 ? 32 : 16, lead = t->dtype == HX_DT_Q4_1 ? 4 : 2;
+    const int qb = w->dtype == HX_DT_Q8_0 ? 32 : 16, lead = w->dtype == HX_DT_Q4_1 ? 4 : 2;
     const int64_t chunk = (8 << 20) / src_row + 1;
     unsigned char *hq = hx_alloc((size_t)(chunk * w->row_bytes));
     uint16_t *hs = hx_alloc((size_t)(chunk * n_blk) * 2);
@@ -402,16 +495,17 @@ static cudaError_t upload_b32(const hx_tensor *t, hx_cuda_wmat *w)
     cudaError_t e = !hq || !hs || (lead == 4 && !hm) ? cudaErrorMemoryAllocation : cudaSuccess;
     if (e == cudaSuccess) e = cudaMalloc((void **)&w->q, (size_t)(w->n_out * w->row_bytes));
     if (e == cudaSuccess) e = cudaMalloc((void **)&w->scales, sb);
-    if (e == cudaSuccess && t->dtype == HX_DT_Q4_1) e = cudaMalloc((void **)&w->biases, sb);
+    if (e == cudaSuccess && w->dtype == HX_DT_Q4_1) e = cudaMalloc((void **)&w->biases, sb);
     for (int64_t o0 = 0; e == cudaSuccess && o0 < w->n_out; o0 += chunk) {
         const int64_t n = o0 + chunk < w->n_out ? chunk : w->n_out - o0;
-        for (int64_t b = 0; b < n * n_blk; b++) {
-            const unsigned char *p = (const unsigned char *)t->data + o0 * src_row +
-                                     b / n_blk * src_row + b % n_blk * (qb + lead);
-            memcpy(hs + b, p, 2);
-            if (lead == 4) memcpy(hm + b, p + 2, 2);
-            memcpy(hq + b * qb, p + lead, (size_t)qb);
+        split_task task = {t, o0, n, n_blk, qb, hq, hs, hm};
+        if (!c->load_pool) {
+            const int cores = hx_cpu_physical_cores();
+            if (hx_pool_init(cores < 1 ? 1 : cores > 8 ? 8 : cores, &c->load_pool, NULL) != HX_OK)
+                c->load_pool = NULL;
         }
+        if (c->load_pool) hx_pool_run(c->load_pool, run_split, &task);
+        else run_split(&task, 0, 1);
         e = cudaMemcpy((unsigned char *)(uintptr_t)w->q + o0 * w->row_bytes, hq,
                        (size_t)(n * w->row_bytes), cudaMemcpyHostToDevice);
         if (e == cudaSuccess)
@@ -429,7 +523,7 @@ static cudaError_t upload_b32(const hx_tensor *t, hx_cuda_wmat *w)
 
 /* Uploads tensor t's rows (and an MLX tensor's scales and biases): unchanged, except the
  * 32-value block formats, split by upload_b32. */
-static hx_status upload_wmat(const hx_tensor *t, hx_cuda_wmat *w, hx_err *err)
+static hx_status upload_wmat(cuda_impl *c, const hx_tensor *t, hx_cuda_wmat *w, hx_err *err)
 {
     const int64_t n_in = t->shape[t->n_dims - 1], n_out = hx_tensor_n_rows(t);
     if (!hx_cuda_format_ok(t->dtype, n_in))
@@ -442,15 +536,16 @@ static hx_status upload_wmat(const hx_tensor *t, hx_cuda_wmat *w, hx_err *err)
     cudaError_t e = cudaSuccess;
     const size_t q_bytes = (size_t)w->row_bytes * (size_t)n_out;
     bool ok;
-    if (is_b32(t->dtype)) {
-        w->row_bytes = t->dtype == HX_DT_Q8_0 ? n_in : n_in / 2;
+    if (mlx4_as_q4_1(t)) w->dtype = HX_DT_Q4_1;
+    if (is_b32(w->dtype)) {
+        w->row_bytes = w->dtype == HX_DT_Q8_0 ? n_in : n_in / 2;
         w->sb_dtype = HX_DT_F16;
         w->group_size = 32;
-        ok = (e = upload_b32(t, w)) == cudaSuccess;
+        ok = (e = upload_b32(c, t, w)) == cudaSuccess;
     } else {
         ok = (w->q = upload(t->data, q_bytes, &e)) != NULL;
     }
-    if (ok && (t->dtype == HX_DT_MLX4 || t->dtype == HX_DT_MLX8)) {
+    if (ok && (w->dtype == HX_DT_MLX4 || w->dtype == HX_DT_MLX8)) {
         const size_t sb = (size_t)n_out * (size_t)(n_in / t->group_size) * sb_bytes(t->sb_dtype);
         ok = (w->scales = upload(t->scales, sb, &e)) != NULL &&
              (w->biases = upload(t->biases, sb, &e)) != NULL;
@@ -524,7 +619,7 @@ static const hx_cuda_wmat *dev_wmat_of(cuda_impl *c, const hx_tensor *t)
     if (e) return &e->w;
     hx_cuda_wmat w;
     hx_err err = {0};
-    if (upload_wmat(t, &w, &err) != HX_OK) cuda_die("uploading a table", err.msg, __FILE__, __LINE__);
+    if (upload_wmat(c, t, &w, &err) != HX_OK) cuda_die("uploading a table", err.msg, __FILE__, __LINE__);
     cache_add(c, t->data, &w, true);
     return &c->cache[c->n_cache - 1].w;
 }
@@ -536,7 +631,7 @@ static hx_status cuda_table(hx_backend *be, const hx_tensor *w, hx_err *err)
     cuda_impl *c = cx(be);
     if (cache_find(c, w->data)) return HX_OK;
     hx_cuda_wmat cw;
-    const hx_status st = upload_wmat(w, &cw, err);
+    const hx_status st = upload_wmat(c, w, &cw, err);
     if (st == HX_OK) cache_add(c, w->data, &cw, true);
     return st;
 }
@@ -633,7 +728,7 @@ static const hx_tensor *cuda_weight(hx_backend *be, const hx_tensor *w, hx_err *
         hx_err_set(err, HX_E_NOMEM, "out of memory");
         return NULL;
     }
-    if (upload_wmat(w, &cw->w, err) != HX_OK) {
+    if (upload_wmat(c, w, &cw->w, err) != HX_OK) {
         hx_free(cw);
         return NULL;
     }
@@ -1441,6 +1536,7 @@ static void cuda_destroy(hx_backend *be)
         cudaFree(c->half_w);
         cudaFree(c->half_x);
         hx_free(c->moe_host);
+        hx_pool_free(c->load_pool);
         cudaFree(c->xq);
         cudaFree(c->att_scratch);
         cudaFree(c->smp_scratch);
