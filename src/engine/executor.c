@@ -560,6 +560,7 @@ hx_status hx_executor_open(hx_llm *m, const hx_tokenizer *tok, const hx_executor
         if ((st = hx_sequence_init_shared(m, tok, ex->pool, ex->pool_swa, p->n_ctx,
                                           &ex->slots[i].seq, err)) != HX_OK)
             goto fail;
+    if ((st = hx_sequence_warmup(ex->slots[0].seq, err)) != HX_OK) goto fail;
     kv_figures(ex);
     if (pthread_create(&ex->thread, NULL, engine_main, ex) != 0) {
         st = hx_err_set(err, HX_E_NOMEM, "cannot start the engine thread");

@@ -3,6 +3,7 @@
 #include "engine/sequence.h"
 
 #include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -100,7 +101,12 @@ fail:
 hx_status hx_sequence_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx_kv_dtype kv,
                           hx_sequence **out, hx_err *err)
 {
-    return sequence_new(m, tok, NULL, NULL, n_ctx, kv, out, err);
+    hx_status st = sequence_new(m, tok, NULL, NULL, n_ctx, kv, out, err);
+    if (st == HX_OK && (st = hx_sequence_warmup(*out, err)) != HX_OK) {
+        hx_sequence_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 hx_status hx_sequence_init_shared(hx_llm *m, const hx_tokenizer *tok, hx_kv_pool *pool,
@@ -552,4 +558,18 @@ hx_sampling hx_model_sampling_defaults(const hx_model_files *mf)
     if ((v = json_object_get(g, "do_sample")) && json_is_false(v)) p.temperature = 0.0f;
     json_decref(g);
     return p;
+}
+
+hx_status hx_sequence_warmup(hx_sequence *s, hx_err *err)
+{
+    const int64_t rows = s->m->max_tok < s->n_ctx - 2 ? s->m->max_tok : s->n_ctx - 2;
+    const char *env = getenv("HEARTH_WARMUP"); /* =0: none (to compare) */
+    if (!s->m->be->mem_info || rows < 1 || (env && strcmp(env, "0") == 0)) return HX_OK;
+    int32_t *prompt = hx_calloc((size_t)rows, sizeof *prompt); /* token 0, whatever it is */
+    if (!prompt) return hx_err_set(err, HX_E_NOMEM, "out of memory");
+    hx_gen_params gp = {.max_tokens = 2, .sampling = hx_sampling_default(), .ignore_eos = true};
+    const hx_status st = hx_sequence_generate(s, prompt, (int32_t)rows, &gp, NULL, NULL, NULL, err);
+    hx_sequence_clear(s);
+    hx_free(prompt);
+    return st;
 }

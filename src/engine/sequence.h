@@ -73,6 +73,12 @@ hx_status hx_sequence_init(hx_llm *m, const hx_tokenizer *tok, int32_t n_ctx, hx
 hx_status hx_sequence_init_shared(hx_llm *m, const hx_tokenizer *tok, hx_kv_pool *pool,
                                   hx_kv_pool *pool_swa, int32_t n_ctx, hx_sequence **out,
                                   hx_err *err);
+/* On a backend with memory of its own (a GPU, whose code loads at first use), generates two
+ * tokens after a prompt of one full step and forgets them, so that a user's first request does
+ * not pay for the loading (a fresh process's first 512-token prompt on an 8B model took ~60 ms
+ * longer than the next). Nothing on the CPU. hx_sequence_init does it; the scheduler does it
+ * once on one of its sequences. */
+hx_status hx_sequence_warmup(hx_sequence *s, hx_err *err);
 void      hx_sequence_free(hx_sequence *s); /* accepts NULL */
 
 /* Forgets what the cache holds, releasing its blocks. */
