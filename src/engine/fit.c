@@ -58,6 +58,7 @@
 #define CUDA_GEMV_ROWS             8    /* HX_CUDA_GEMV_ROWS (kernels.h) */
 #define CUDA_DEC_SPLITS            16   /* DEC_SPLITS, DEC_COUNTERS (kernels.cu) */
 #define CUDA_DEC_COUNTERS          4096
+#define CUDA_Q6_K_BYTES            224  /* HX_CUDA_Q6_K_BYTES: a padded Q6_K super-block */
 #define DEVICE_BUDGET_PERCENT      95 /* of the free memory: room for what the terms miss */
 
 static const char *const layer_matmuls[] = {"attn_q",   "attn_k",         "attn_v",
@@ -299,10 +300,22 @@ static hx_status weights(const hx_model_files *mf, fit_model *fm, hx_err *err)
     return HX_OK;
 }
 
+/* Device bytes of a weight as the CUDA backend uploads it: its file format, except Q6_K padded
+ * to CUDA_Q6_K_BYTES a super-block and MLX 4-bit taken as Q4_1 (20 bytes per 32 values) where
+ * its scales are f16 or bf16 and its groups a multiple of 32 (counted so even when a bf16 value
+ * out of f16's range keeps it MLX, which is smaller: the estimate errs high). */
+static uint64_t device_bytes(const hx_tensor *t)
+{
+    if (t->dtype == HX_DT_Q6_K) return (uint64_t)hx_tensor_n_elems(t) / 256 * CUDA_Q6_K_BYTES;
+    if (t->dtype == HX_DT_MLX4 && t->group_size % 32 == 0 && t->sb_dtype != HX_DT_F32)
+        return (uint64_t)hx_tensor_n_elems(t) / 32 * 20;
+    return hx_tensor_data_bytes(t);
+}
+
 /* What the CUDA backend uploads (cuda_backend.c): every matmul weight and the embedding table
- * once each in its file format (an MLX tensor with its scales and biases; a tied table serves
- * both uses), and the other tensors the ops name - norm weights, biases - as f32. The file's
- * pages in host memory are the host's and not counted; nothing is repacked. */
+ * once each (device_bytes; an MLX tensor with its scales and biases; a tied table serves both
+ * uses), and the other tensors the ops name - norm weights, biases - as f32. The file's pages in
+ * host memory are the host's and not counted. */
 static hx_status device_weights(const hx_model_files *mf, fit_model *fm, hx_err *err)
 {
     const hx_tensor_info *embd = hx_model_files_find(mf, "token_embd.weight");
@@ -319,12 +332,12 @@ static hx_status device_weights(const hx_model_files *mf, fit_model *fm, hx_err 
                                  ? (double)fm->hp->n_expert_used / fm->hp->n_expert
                                  : 1.0;
         if (is_output || kind != NOT_MATMUL) {
-            total += hx_tensor_data_bytes(t);
-            read += (uint64_t)(hx_tensor_data_bytes(t) * share);
+            total += device_bytes(t);
+            read += (uint64_t)(device_bytes(t) * share);
             const int64_t elems = hx_tensor_n_elems(t);
             if (elems > largest) largest = elems;
         } else if (ti == embd) {
-            total += hx_tensor_data_bytes(t); /* uploaded whole for the row lookups */
+            total += device_bytes(t); /* uploaded whole for the row lookups */
         } else {
             const uint64_t f32 = (uint64_t)hx_tensor_n_elems(t) * sizeof(float);
             total += f32;

@@ -479,6 +479,50 @@ static void run_split(void *p, int ith, int nth)
                    a->hs + lo * a->n_blk, a->hm ? a->hm + lo * a->n_blk : NULL);
 }
 
+/* Runs task over the backend's load threads (made at the first use; the caller alone when
+ * they cannot be had). */
+static void load_run(cuda_impl *c, hx_task_fn fn, void *task)
+{
+    if (!c->load_pool) {
+        const int cores = hx_cpu_physical_cores();
+        if (hx_pool_init(cores < 1 ? 1 : cores > 8 ? 8 : cores, &c->load_pool, NULL) != HX_OK)
+            c->load_pool = NULL;
+    }
+    if (c->load_pool) hx_pool_run(c->load_pool, fn, task);
+    else fn(task, 0, 1);
+}
+
+/* Rows [o0, o0 + n) of a Q6_K tensor with each super-block padded to HX_CUDA_Q6_K_BYTES. */
+static void run_pad_q6_k(void *p, int ith, int nth)
+{
+    const split_task *a = p;
+    int64_t lo, hi;
+    hx_split_range(a->n * a->n_blk, ith, nth, 1, &lo, &hi);
+    for (int64_t b = lo; b < hi; b++) {
+        memcpy(a->hq + b * HX_CUDA_Q6_K_BYTES,
+               (const unsigned char *)a->t->data + (a->o0 * a->n_blk + b) * 210, 210);
+        memset(a->hq + b * HX_CUDA_Q6_K_BYTES + 210, 0, HX_CUDA_Q6_K_BYTES - 210);
+    }
+}
+
+/* A Q6_K tensor uploaded with padded super-blocks (kernels.h), a few MiB of rows at a time. */
+static cudaError_t upload_q6_k(cuda_impl *c, const hx_tensor *t, hx_cuda_wmat *w)
+{
+    const int64_t n_blk = w->n_in / 256, chunk = (8 << 20) / w->row_bytes + 1;
+    unsigned char *hq = hx_alloc((size_t)(chunk * w->row_bytes));
+    cudaError_t e = hq ? cudaMalloc((void **)&w->q, (size_t)(w->n_out * w->row_bytes))
+                       : cudaErrorMemoryAllocation;
+    for (int64_t o0 = 0; e == cudaSuccess && o0 < w->n_out; o0 += chunk) {
+        const int64_t n = o0 + chunk < w->n_out ? chunk : w->n_out - o0;
+        split_task task = {t, o0, n, n_blk, 0, hq, NULL, NULL};
+        load_run(c, run_pad_q6_k, &task);
+        e = cudaMemcpy((unsigned char *)(uintptr_t)w->q + o0 * w->row_bytes, hq,
+                       (size_t)(n * w->row_bytes), cudaMemcpyHostToDevice);
+    }
+    hx_free(hq);
+    return e;
+}
+
 /* A Q4_0/Q4_1/Q8_0 tensor (w->dtype; t may be MLX 4-bit as Q4_1) uploaded split (kernels.h):
  * rows of codes into w->q, the f16 scales (and Q4_1's offsets) of its blocks into w->scales
  * (w->biases), rearranged on the host a few MiB of rows at a time by the backend's load threads
@@ -499,13 +543,7 @@ static cudaError_t upload_b32(cuda_impl *c, const hx_tensor *t, hx_cuda_wmat *w)
     for (int64_t o0 = 0; e == cudaSuccess && o0 < w->n_out; o0 += chunk) {
         const int64_t n = o0 + chunk < w->n_out ? chunk : w->n_out - o0;
         split_task task = {t, o0, n, n_blk, qb, hq, hs, hm};
-        if (!c->load_pool) {
-            const int cores = hx_cpu_physical_cores();
-            if (hx_pool_init(cores < 1 ? 1 : cores > 8 ? 8 : cores, &c->load_pool, NULL) != HX_OK)
-                c->load_pool = NULL;
-        }
-        if (c->load_pool) hx_pool_run(c->load_pool, run_split, &task);
-        else run_split(&task, 0, 1);
+        load_run(c, run_split, &task);
         e = cudaMemcpy((unsigned char *)(uintptr_t)w->q + o0 * w->row_bytes, hq,
                        (size_t)(n * w->row_bytes), cudaMemcpyHostToDevice);
         if (e == cudaSuccess)
@@ -542,6 +580,9 @@ static hx_status upload_wmat(cuda_impl *c, const hx_tensor *t, hx_cuda_wmat *w, 
         w->sb_dtype = HX_DT_F16;
         w->group_size = 32;
         ok = (e = upload_b32(c, t, w)) == cudaSuccess;
+    } else if (t->dtype == HX_DT_Q6_K) {
+        w->row_bytes = n_in / 256 * HX_CUDA_Q6_K_BYTES;
+        ok = (e = upload_q6_k(c, t, w)) == cudaSuccess;
     } else {
         ok = (w->q = upload(t->data, q_bytes, &e)) != NULL;
     }

@@ -93,22 +93,10 @@ __device__ __forceinline__ float bf2f(uint16_t h)
     return __uint_as_float((uint32_t)h << 16);
 }
 
-// Block formats keep their f16 scales at 2-byte alignment only (18-, 34-, 210-byte blocks).
+// A K-quant super-block's f16 scales, 2 bytes at a time.
 __device__ __forceinline__ uint16_t ld_u16(const uint8_t *p)
 {
     return *(const uint16_t *)p;
-}
-
-// 16 bytes from a 2-byte aligned address.
-__device__ __forceinline__ void ld16_a2(const uint8_t *p, uint8_t b[16])
-{
-    const uint16_t *s = (const uint16_t *)p;
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const uint16_t v = s[i];
-        b[2 * i] = (uint8_t)v;
-        b[2 * i + 1] = (uint8_t)(v >> 8);
-    }
 }
 
 // 16 bytes from a 16-byte aligned address.
@@ -217,15 +205,15 @@ __device__ __forceinline__ void sub32(const hx_cuda_wmat &w, int64_t o, int64_t 
         }
     } else if (DT == HX_DT_Q6_K) {
         const int s = (int)(j & 7), half = s >> 2, t = s & 3;
-        const uint8_t *p = row + (j >> 3) * 210;
+        const uint8_t *p = row + (j >> 3) * HX_CUDA_Q6_K_BYTES;
         const float d = h2f(ld_u16(p + 208));
         const uint8_t *ql = p + 64 * half + 32 * (t & 1), *qh = p + 128 + 32 * half;
         const int8_t *sc = (const int8_t *)(p + 192 + 8 * half + 2 * t);
         uint8_t b[16], hb[16];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            ld16_a2(ql + 16 * h, b);
-            ld16_a2(qh + 16 * h, hb);
+            ld16_a16(ql + 16 * h, b);
+            ld16_a16(qh + 16 * h, hb);
             const float ds = d * (float)sc[h];
 #pragma unroll
             for (int i = 0; i < 16; i++) {
@@ -481,13 +469,12 @@ __device__ __forceinline__ void subi8(const hx_cuda_wmat &w, int64_t o, int64_t 
         *w1 = (int)a1;
     } else if (DT == HX_DT_Q6_K) {
         const int sb = (int)((j >> 2) & 7), half = sb >> 2, t = sb & 3;
-        const uint8_t *p = row + (j >> 5) * 210;
-        const uint16_t *ql = (const uint16_t *)(p + 64 * half + 32 * (t & 1) + 8 * q);
-        const uint16_t *qh = (const uint16_t *)(p + 128 + 32 * half + 8 * q);
+        const uint8_t *p = row + (j >> 5) * HX_CUDA_Q6_K_BYTES; // 16-byte aligned: one load each
+        const uint2 ql = *(const uint2 *)(p + 64 * half + 32 * (t & 1) + 8 * q);
+        const uint2 qh = *(const uint2 *)(p + 128 + 32 * half + 8 * q);
         *d = h2f(ld_u16(p + 208)) * (float)((const int8_t *)(p + 192 + 8 * half + 2 * t))[q >> 1];
         *m = -32.0f * *d;
-        const uint32_t l0 = ql[0] | ((uint32_t)ql[1] << 16), l1 = ql[2] | ((uint32_t)ql[3] << 16);
-        const uint32_t h0 = qh[0] | ((uint32_t)qh[1] << 16), h1 = qh[2] | ((uint32_t)qh[3] << 16);
+        const uint32_t l0 = ql.x, l1 = ql.y, h0 = qh.x, h1 = qh.y;
         const int sl = (t >> 1) * 4;
         *w0 = (int)(((l0 >> sl) & LO4) | (((h0 >> (2 * t)) & 0x03030303u) << 4));
         *w1 = (int)(((l1 >> sl) & LO4) | (((h1 >> (2 * t)) & 0x03030303u) << 4));

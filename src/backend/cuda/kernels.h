@@ -9,7 +9,9 @@
  * n_in / 32] each. Every format is read 32 elements at a time (a "sub-block": a whole
  * Q4_0/Q4_1/Q8_0 block, one eighth of a K-quant super-block, 32 values of a float row or of an
  * MLX group), so one device dequantizer serves the dequantize-to-f16 pass in front of cuBLAS
- * and the embedding lookup. */
+ * and the embedding lookup. Q6_K super-blocks are uploaded padded from 210 to
+ * HX_CUDA_Q6_K_BYTES bytes (zeros after the f16 scale), so that every field of theirs a kernel
+ * reads is aligned for one wide load. */
 #ifndef HX_BACKEND_CUDA_KERNELS_H
 #define HX_BACKEND_CUDA_KERNELS_H
 #include <stddef.h>
@@ -20,6 +22,8 @@ extern "C" {
 #endif
 
 typedef struct CUstream_st *hx_cuda_stream;
+
+#define HX_CUDA_Q6_K_BYTES 224 /* a Q6_K super-block on the device */
 
 typedef struct {
     const void *q;          /* rows of the weight in its block format (Q4_0/Q4_1/Q8_0: codes) */
