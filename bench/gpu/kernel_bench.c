@@ -58,6 +58,7 @@ typedef struct {
     float         *out;
     hx_cuda_kv     kv;
     const int32_t *blocks, *pos;
+    int32_t        splits; /* decode attention: hx_cuda_attention_splits of its context */
     int32_t        n_head;
 } job;
 
@@ -73,10 +74,10 @@ static void launch(const job *j, hx_cuda_stream s)
     else if (j->kind == QUANT) hx_cuda_quantize_x(j->x, j->rows * j->w.n_in, j->xq, j->xd, s);
     else if (j->kind == ATTN)
         hx_cuda_attention(&j->kv, 0, j->blocks, j->x, j->pos, 1, j->n_head, 0.088f, 0, 0.0f,
-                          j->xd, j->out, NULL, NULL, s);
+                          j->xd, j->out, NULL, NULL, j->splits, s);
     else if (j->kind == PREFILL)
         hx_cuda_attention(&j->kv, 0, j->blocks, j->x, j->pos, j->rows, j->n_head, 0.088f, 0,
-                          0.0f, NULL, j->out, NULL, NULL, s);
+                          0.0f, NULL, j->out, NULL, NULL, 0, s);
     else hx_cuda_rmsnorm(j->x, j->x, j->rows, j->w.n_in, 1e-5f, j->out, NULL, NULL, s);
 }
 
@@ -222,7 +223,7 @@ int main(int argc, char **argv)
         const int32_t p = (int32_t)ctx[i] - 1;
         CK(cudaMemcpy(d_pos, &p, 4, cudaMemcpyHostToDevice));
         job j = {.kind = ATTN, .kv = kv, .blocks = d_blocks, .pos = d_pos, .x = x, .out = out,
-                 .n_head = n_head, .xd = scratch};
+                 .n_head = n_head, .xd = scratch, .splits = hx_cuda_attention_splits(ctx[i])};
         printf("context %-22lld %10.2f\n", (long long)ctx[i], time_us(&j, s));
     }
     /* Prefill attention: chunk rows at positions [ctx - chunk, ctx) of 32 heads of 128. */

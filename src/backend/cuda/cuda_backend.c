@@ -893,7 +893,7 @@ typedef struct {
     int8_t        *xq; /* attention: also round the output for the GEMV after (gemv_input) */
     float         *xd;
     int64_t        n_tok;
-    int32_t        layer, n_head, window;
+    int32_t        layer, n_head, window, splits;
     float          scale, softcap;
 } attn_args;
 
@@ -920,7 +920,8 @@ static void run_attention(cuda_impl *c, const void *p)
 {
     const attn_args *a = p;
     hx_cuda_attention(&a->kv, a->layer, a->blocks, a->q, a->pos, a->n_tok, a->n_head, a->scale,
-                      a->window, a->softcap, a->scratch, a->out, a->xq, a->xd, c->stream);
+                      a->window, a->softcap, a->scratch, a->out, a->xq, a->xd, a->splits,
+                      c->stream);
 }
 
 static void cuda_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
@@ -943,6 +944,13 @@ static void cuda_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
     a.window = s->sliding_window;
     a.scale = s->scale;
     a.softcap = s->softcap;
+    int64_t keys = 1; /* the most any row attends (a step's signature changes with the split) */
+    for (int64_t t = 0; t < n_tok; t++) {
+        const int64_t k = s->sliding_window > 0 && pos[t] + 1 > s->sliding_window
+                              ? s->sliding_window : pos[t] + 1;
+        if (k > keys) keys = k;
+    }
+    a.splits = hx_cuda_attention_splits(keys);
     record(c, "attention", run_attention, &a, sizeof a);
 }
 

@@ -1333,11 +1333,13 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
     const int32_t g = (int32_t)blockIdx.y * ATT_WARPS + wid;
     for (int32_t c0 = first + 32 * g; c0 <= last; c0 += 32 * ATT_WARPS * active) {
         const int32_t p = c0 + lane;
+        // Lane l's key's cache block; the V loop takes key jj's from lane jj.
+        const int32_t blk = p <= last ? blocks[p / bt] : 0;
         float s = -INFINITY;
         if (p <= last) {
-            const uint16_t *kr = kv.k + kv_index(kv, blocks[p / bt], layer, kvh, p % bt);
+            const uint16_t *kr = kv.k + kv_index(kv, blk, layer, kvh, p % bt);
             float dot = 0.0f;
-#pragma unroll 4
+#pragma unroll 8
             for (int i = 0; i < d; i += 8) {
                 const uint4 a = *(const uint4 *)(kr + i);
                 const float4 q0 = *(const float4 *)(qs + i), q1 = *(const float4 *)(qs + i + 4);
@@ -1365,8 +1367,8 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
 #pragma unroll 8
         for (int jj = 0; jj < n_keys; jj++) {
             const float pj = __shfl_sync(0xffffffffu, e, jj);
-            const int32_t pp = c0 + jj;
-            const uint16_t *vr = kv.v + kv_index(kv, blocks[pp / bt], layer, kvh, pp % bt);
+            const int32_t pp = c0 + jj, bj = __shfl_sync(0xffffffffu, blk, jj);
+            const uint16_t *vr = kv.v + kv_index(kv, bj, layer, kvh, pp % bt);
 #pragma unroll
             for (int k = 0; k < NV; k++) {
                 const int i = 4 * lane + 128 * k;
@@ -1394,6 +1396,17 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
     __syncthreads();
     float mx, f[ATT_WARPS];
     const float sum = merge_weights<ATT_WARPS>(part_m, part_l, 1, f, &mx);
+    if (active == 1) { // the only block of its (row, head) (a short context): no states to merge
+        const float inv = 1.0f / sum;
+        for (int i = threadIdx.x; i < d; i += blockDim.x) {
+            float o = 0.0f;
+#pragma unroll
+            for (int w = 0; w < ATT_WARPS; w++) o += part[w][i] * f[w];
+            out[ar.r * d + i] = o * inv;
+            if (xq) round_x(o * inv, ar.r * d + i, (int64_t)gridDim.x * d, xq, xd);
+        }
+        return;
+    }
     float *po = part_out + (ar.r * DEC_SPLITS + blockIdx.y) * (int64_t)(d + 2);
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float o = 0.0f;
@@ -2040,7 +2053,7 @@ int64_t hx_cuda_attention_scratch(int64_t n_tok, int32_t n_head, int32_t d_head)
 void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,
                        const float *q, const int32_t *pos, int64_t n_tok, int32_t n_head,
                        float scale, int32_t window, float softcap, float *scratch, float *out,
-                       int8_t *xq, float *xd, hx_cuda_stream s)
+                       int8_t *xq, float *xd, int32_t splits, hx_cuda_stream s)
 {
     if (n_tok >= HX_CUDA_FLASH_ROWS && kv->d_head == 64) {
         flash_prefill<64>(kv, layer, blocks, q, pos, n_tok, n_head, scale, window, softcap, out, s);
@@ -2052,7 +2065,8 @@ void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *block
         return;
     }
     if (decode_split(n_tok, n_head, kv->d_head)) {
-        const dim3 grid((unsigned)(n_tok * n_head), DEC_SPLITS);
+        const dim3 grid((unsigned)(n_tok * n_head), splits > 0 && splits < DEC_SPLITS ? splits
+                                                                                   : DEC_SPLITS);
         launch(decode_split_kernel, grid, 32 * ATT_WARPS, 0, s, *kv, layer, blocks, q, pos,
                n_head, scale, window, softcap, scratch + DEC_COUNTERS, (unsigned *)scratch,
                out, xq, xd);
@@ -2060,6 +2074,12 @@ void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *block
     }
     launch(attention_kernel, (unsigned)(n_tok * n_head), 32 * ATT_WARPS, 0, s, *kv, layer,
            blocks, q, pos, n_head, scale, window, softcap, out);
+}
+
+int32_t hx_cuda_attention_splits(int64_t n_keys)
+{
+    const int64_t chunks = (n_keys - 1) / 32 + 1, active = (chunks + ATT_WARPS - 1) / ATT_WARPS;
+    return (int32_t)(active < 1 ? 1 : active < DEC_SPLITS ? active : DEC_SPLITS);
 }
 
 void hx_cuda_scatter_add(float *out, const float *y, const int32_t *rows, const float *w,

@@ -106,7 +106,10 @@ void hx_cuda_kv_write(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks
 void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,
                        const float *q, const int32_t *pos, int64_t n_tok, int32_t n_head,
                        float scale, int32_t window, float softcap, float *scratch, float *out,
-                       int8_t *xq, float *xd, hx_cuda_stream s);
+                       int8_t *xq, float *xd, int32_t splits, hx_cuda_stream s);
+/* Blocks a decode row's context is split over when it attends n_keys keys at most (the
+ * `splits` hx_cuda_attention takes: launching only those saves the rest starting to exit). */
+int32_t hx_cuda_attention_splits(int64_t n_keys);
 /* With xq (NULL: not), decode rows (when hx_cuda_attention_scratch > 0) with d_head a multiple of
  * 32 also write their output rounded as hx_cuda_quantize_x would, like rmsnorm below.
  * Floats of device scratch hx_cuda_attention needs for these rows (decode, up to
