@@ -418,19 +418,18 @@ static void backend_scratch(const hx_hparams *hp, int64_t T, int32_t n_threads, 
 }
 
 /* cuda_reserve's buffers for steps of T rows and the staging arena (cuda_backend.c): the f16
- * copy of a step's input rows, up to `widest` wide, and one chunk of a dequantized weight for
+ * copy of a step's input rows, as wide as the widest matmul input, and one chunk of a dequantized weight for
  * the tensor-core matmuls; then what decode steps grow on first use: the GEMV's input as 16-bit
  * integers (two bytes a value, a float per 32) and decode attention's counters and partial
  * states (kernels.h). Device memory is committed when allocated, so reserved is touched. */
 static uint64_t cuda_scratch(const hx_hparams *hp, int64_t T, int64_t largest_matmul)
 {
     const int64_t n_in = hx_llm_widest_input(hp);
-    const int64_t widest = n_in > hp->n_vocab ? n_in : hp->n_vocab; /* hx_llm_open's reserve */
     const int64_t chunk = largest_matmul < CUDA_HALF_W_ELEMS ? largest_matmul : CUDA_HALF_W_ELEMS;
     const int64_t gemv = CUDA_GEMV_ROWS * n_in * 2 + CUDA_GEMV_ROWS * n_in / 32 * 4 + 16;
     const int64_t attn = (CUDA_DEC_COUNTERS + (int64_t)CUDA_GEMV_ROWS * hp->n_head *
                                                   CUDA_DEC_SPLITS * (hp->d_head + 2)) * 4;
-    return (uint64_t)(widest * T) * 2 + (uint64_t)chunk * 2 + CUDA_ARENA_BYTES + CUDA_BLAS_WS +
+    return (uint64_t)(n_in * T) * 2 + (uint64_t)chunk * 2 + CUDA_ARENA_BYTES + CUDA_BLAS_WS +
            (uint64_t)gemv + (uint64_t)attn;
 }
 

@@ -105,6 +105,7 @@ struct cuda_impl {
     void          *smp_scratch;       /* the sample op's candidates, then its tokens */
     int64_t        smp_scratch_elems;
     int64_t        max_weight_elems;  /* the largest matmul weight seen by `weight` */
+    int64_t        max_n_in;          /* the widest input of those weights */
     size_t         uploaded;          /* weight bytes uploaded, for the progress line */
     /* HEARTH_CUDA_PROFILE=1: every op waits for the GPU and adds its time to a per-op total,
      * printed when the backend is destroyed (for finding where a step's time goes). */
@@ -754,7 +755,11 @@ static hx_status cuda_reserve(hx_backend *be, int64_t max_row, int64_t max_tok, 
 {
     cuda_impl *c = cx(be);
     if (max_tok <= HX_CUDA_GEMV_ROWS) return HX_OK; /* every matmul takes the GEMV */
-    hx_status st = ensure_half(c, &c->half_x, &c->half_x_elems, max_row * max_tok, err);
+    /* half_x holds a matmul's input: as wide as the widest weight input seen, not max_row (which
+     * counts the vocabulary: 256 MiB of f16 at 1,024 rows and 128k entries, for nothing). A
+     * wider input met later grows it (cuda_matmul). */
+    const int64_t row = c->max_n_in > 0 && c->max_n_in < max_row ? c->max_n_in : max_row;
+    hx_status st = ensure_half(c, &c->half_x, &c->half_x_elems, row * max_tok, err);
     const int64_t w = c->max_weight_elems < HALF_W_ELEMS ? c->max_weight_elems : HALF_W_ELEMS;
     return st == HX_OK ? ensure_half(c, &c->half_w, &c->half_w_elems, w, err) : st;
 }
@@ -779,6 +784,7 @@ static const hx_tensor *cuda_weight(hx_backend *be, const hx_tensor *w, hx_err *
     if (!cache_find(c, w->data)) cache_add(c, w->data, &cw->w, false);
     const int64_t elems = cw->w.n_out * cw->w.n_in;
     if (elems > c->max_weight_elems) c->max_weight_elems = elems;
+    if (cw->w.n_in > c->max_n_in) c->max_n_in = cw->w.n_in;
     const size_t gib = (size_t)1 << 30, before = c->uploaded;
     c->uploaded += (size_t)cw->w.row_bytes * (size_t)cw->w.n_out;
     if (c->uploaded / gib > before / gib)
@@ -1020,7 +1026,7 @@ static void run_matmul(cuda_impl *c, const void *p)
     } else {
         const bool bf16 = wm->dtype == HX_DT_BF16;
         const cudaDataType type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-        HX_ASSERT(n_rows * n_in <= c->half_x_elems); /* reserve sized it */
+        HX_ASSERT(n_rows * n_in <= c->half_x_elems); /* reserve or cuda_matmul sized it */
         if (!a->x_half) hx_cuda_to_half(a->x, n_rows * n_in, c->half_x, bf16, c->stream);
         if (wm->dtype == HX_DT_F16 || bf16) {
             gemm_half(c, wm->q, c->half_x, type, 0, n_out, n_in, n_rows, n_out, out);
@@ -1179,6 +1185,10 @@ static void cuda_matmul(hx_backend *be, const hx_tensor *w, const hx_tensor *bia
     a.x = x;
     a.n = n_rows;
     const bool gemv = n_rows <= HX_CUDA_GEMV_ROWS, int8 = gemv && hx_cuda_gemv_int8(wm->dtype);
+    hx_err err = {0}; /* (grown before last_op: growing runs the log, so no GEMM is before) */
+    if (!gemv && wm->dtype != HX_DT_F32 &&
+        ensure_half(c, &c->half_x, &c->half_x_elems, n_rows * wm->n_in, &err) != HX_OK)
+        cuda_die("matmul scratch", err.msg, __FILE__, __LINE__);
     if (int8) gemv_input(c, &a);
     const mat_args *p = gemv || wm->dtype == HX_DT_F32 ? NULL : last_op(c, run_matmul);
     if (p) { /* a GEMM right before: of the same x? */
