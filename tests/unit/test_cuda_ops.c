@@ -875,6 +875,39 @@ static int test_attention(void)
            attention_case(128, 4, 2, 0, 30.0f) || attention_case(256, 4, 2, 20, 50.0f);
 }
 
+/* rmsnorm at the widths its launches differ by (values a thread holds in registers: up to 4, 8
+ * and 16; wider rows loop), against the CPU. */
+static int test_rmsnorm_widths(void)
+{
+    NEED_GPU();
+    static const int64_t widths[] = {128, 4096, 5003, 12288, 20000};
+    enum { T = 3 };
+    hx_err err = {0};
+    CHECK(cpu->reserve(cpu, 20000, 64, &err) == HX_OK);
+    for (size_t k = 0; k < HX_COUNTOF(widths); k++) {
+        const int64_t d = widths[k];
+        float *x = hx_alloc((size_t)(T * d) * sizeof *x), *a = hx_alloc((size_t)(T * d) * sizeof *a);
+        float *b = hx_alloc((size_t)(T * d) * sizeof *b), *w_v = hx_alloc((size_t)d * sizeof *w_v);
+        CHECK(x && a && b && w_v);
+        fill(x, T * d, -3, 3);
+        fill(w_v, d, 0.5f, 1.5f);
+        const hx_tensor w = {.dtype = HX_DT_F32, .n_dims = 1, .shape = {d}, .data = w_v,
+                             .n_bytes = (size_t)d * sizeof *w_v}; /* kept: see the file comment */
+        float *dx = dev(x, T * d), *dout = dev(NULL, T * d);
+        gpu->rmsnorm(gpu, dx, &w, T, d, 1e-5f, dout);
+        back(a, dout, T * d);
+        cpu->rmsnorm(cpu, x, &w, T, d, 1e-5f, b);
+        const double e = rel_err(a, b, T * d);
+        if (!(e <= 1e-5)) CHECK_FAIL("rows of %lld: relative error %.3g", (long long)d, e);
+        gpu->free(gpu, dx);
+        gpu->free(gpu, dout);
+        hx_free(x);
+        hx_free(a);
+        hx_free(b);
+    }
+    return 0;
+}
+
 /* Ops run at the next read, and a step seen twice is captured and then replayed as a CUDA
  * graph: the replays must read each step's own staged inputs (token ids, positions), not the
  * captured ones. The same step (embed, rope, add) five times with new ids and positions. */
@@ -1051,6 +1084,7 @@ static int skip_no_cuda(void)
 #define test_moe             skip_no_cuda
 #define test_embed_formats   skip_no_cuda
 #define test_row_ops         skip_no_cuda
+#define test_rmsnorm_widths  skip_no_cuda
 #define test_attention       skip_no_cuda
 #define test_kv_dtype_refused skip_no_cuda
 #define test_sample          skip_no_cuda
@@ -1088,6 +1122,7 @@ static const check_case cases[] = {
     { "moe", test_moe },
     { "embed_formats", test_embed_formats },
     { "row_ops", test_row_ops },
+    { "rmsnorm_widths", test_rmsnorm_widths },
     { "attention", test_attention },
     { "replay_new_inputs", test_replay_new_inputs },
     { "sample", test_sample },

@@ -1057,14 +1057,10 @@ __global__ void embed_kernel(hx_cuda_wmat w, const int32_t *ids, int64_t n_total
 // ---- row and element-wise ops ----
 
 // With xq, the output is also rounded for the GEMV that reads it (d a multiple of 32).
-__global__ void rmsnorm_kernel(const float *x, const float *w, int64_t d, float eps, float *out,
-                               int8_t *xq, float *xd)
+// 1 / rms of a row from each thread's part ss of its sum of squares (the block's threads all
+// call it; in double, as the CPU does: d_model can be 8192).
+__device__ float rms_scale(double ss, int64_t d, float eps)
 {
-    after_prior();
-    const float *xr = x + blockIdx.x * d;
-    float *yr = out + blockIdx.x * d;
-    double ss = 0.0; // in double, as the CPU does: d_model can be 8192
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += (double)xr[i] * xr[i];
     __shared__ double part[32];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
@@ -1077,7 +1073,53 @@ __global__ void rmsnorm_kernel(const float *x, const float *w, int64_t d, float 
         if (threadIdx.x == 0) part[0] = v;
     }
     __syncthreads();
-    const float scale = (float)(1.0 / sqrt(part[0] / (double)d + (double)eps));
+    return (float)(1.0 / sqrt(part[0] / (double)d + (double)eps));
+}
+
+// A row per block; thread t holds elements t, t + blockDim, ... (E of them) in registers, so x is
+// read once, and loads w before waiting for the kernel ahead (w is a weight: nothing in flight
+// writes it), so that load overlaps that kernel's end.
+template <int E>
+__global__ void __launch_bounds__(1024) rmsnorm_kernel(const float *x, const float *w, int64_t d, float eps, float *out,
+                               int8_t *xq, float *xd)
+{
+    float wv[E], xv[E];
+#pragma unroll
+    for (int k = 0; k < E; k++) {
+        const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+        wv[k] = i < d ? w[i] : 0.0f;
+    }
+    after_prior();
+    const float *xr = x + blockIdx.x * d;
+    float *yr = out + blockIdx.x * d;
+    double ss = 0.0;
+#pragma unroll
+    for (int k = 0; k < E; k++) {
+        const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+        xv[k] = i < d ? xr[i] : 0.0f;
+        ss += (double)xv[k] * xv[k];
+    }
+    const float scale = rms_scale(ss, d, eps);
+#pragma unroll
+    for (int k = 0; k < E; k++) {
+        const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+        if (i >= d) continue; // warp-uniform when d % 32 == 0, as the rounding needs
+        const float y = xv[k] * scale * wv[k];
+        yr[i] = y;
+        if (xq) round_x(y, blockIdx.x * d + i, (int64_t)gridDim.x * d, xq, xd);
+    }
+}
+
+// Rows wider than 16 values a thread (d > 16,384): the same, reading x twice.
+__global__ void __launch_bounds__(1024) rmsnorm_wide_kernel(const float *x, const float *w, int64_t d, float eps,
+                                    float *out, int8_t *xq, float *xd)
+{
+    after_prior();
+    const float *xr = x + blockIdx.x * d;
+    float *yr = out + blockIdx.x * d;
+    double ss = 0.0;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    const float scale = rms_scale(ss, d, eps);
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
         const float y = xr[i] * scale * w[i];
         yr[i] = y;
@@ -2013,7 +2055,11 @@ void hx_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t d, 
     // (the rounding), so trips are latency, and a decode step's few rows are a few blocks.
     const int64_t t = ((d / 4 + 31) / 32) * 32;
     const unsigned threads = (unsigned)(t < 32 ? 32 : t > 1024 ? 1024 : t);
-    launch(rmsnorm_kernel, (unsigned)n_rows, threads, 0, s, x, w, d, eps, out, xq, xd);
+    const int64_t e = (d + threads - 1) / threads; // elements a thread holds
+    if (e <= 4) launch(rmsnorm_kernel<4>, (unsigned)n_rows, threads, 0, s, x, w, d, eps, out, xq, xd);
+    else if (e <= 8) launch(rmsnorm_kernel<8>, (unsigned)n_rows, threads, 0, s, x, w, d, eps, out, xq, xd);
+    else if (e <= 16) launch(rmsnorm_kernel<16>, (unsigned)n_rows, threads, 0, s, x, w, d, eps, out, xq, xd);
+    else launch(rmsnorm_wide_kernel, (unsigned)n_rows, threads, 0, s, x, w, d, eps, out, xq, xd);
 }
 
 void hx_cuda_rope(float *x, int32_t n_head, float *x2, int32_t n_head2, const int32_t *pos,
