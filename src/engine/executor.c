@@ -391,7 +391,8 @@ static void step(hx_executor *ex)
                 continue;
             }
             if (draw && sl->i_logit >= 0 && ex->draws[sl->i_logit].top_k > 0)
-                hx_gen_fed_drawn(sl->gen, sl->rows, &ex->drawn[sl->i_logit]);
+                hx_gen_fed_drawn(sl->gen, sl->rows, &ex->drawn[sl->i_logit], sl->i_logit,
+                                 ex->logits + (size_t)sl->i_logit * n_vocab);
             else
                 hx_gen_fed(sl->gen, sl->rows,
                            sl->i_logit >= 0 ? ex->logits + (size_t)sl->i_logit * n_vocab : NULL);

@@ -462,12 +462,22 @@ bool hx_gen_device_row(hx_gen *g, hx_sample_row *row)
     return !g->done && hx_sampler_device_row(g->smp, g->gp->logprobs, row);
 }
 
-void hx_gen_fed_drawn(hx_gen *g, int32_t rows, const hx_sample_out *o)
+void hx_gen_fed_drawn(hx_gen *g, int32_t rows, const hx_sample_out *o, int64_t logit_row,
+                      float *scratch)
 {
     if (!fed(g, rows)) return;
     hx_token_logprobs lp;
     if (g->gp->logprobs) hx_sampler_device_logprobs(g->smp, o, &lp);
-    take_token(g, o->token, g->gp->logprobs ? &lp : NULL);
+    int32_t tok = o->token;
+    if (!hx_sampler_device_takes(g->smp, tok)) { /* a grammar refused it: the host goes on */
+        hx_llm_read_logits(g->s->m, logit_row, scratch);
+        tok = hx_sampler_device_refused(g->smp, scratch, o->token);
+        if (g->gp->logprobs) { /* log_z: the drawn token's logit less its log-probability */
+            lp.token = tok;
+            lp.logprob = scratch[tok] - (scratch[o->token] - o->logprob);
+        }
+    }
+    take_token(g, tok, g->gp->logprobs ? &lp : NULL);
 }
 
 hx_status hx_gen_end(hx_gen *g, hx_gen_stats *stats, hx_err *err)
@@ -529,7 +539,7 @@ hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
                       .n_logits = 1, .draws = on_device ? &draw : NULL, .drawn = &drawn};
         hx_kv_store *swa = s->pool_swa ? &s->pool_swa->store : NULL;
         if ((st = hx_llm_forward(s->m, &s->pool->store, swa, &b, s->logits, err)) != HX_OK) break;
-        if (on_device && last) hx_gen_fed_drawn(g, rows, &drawn);
+        if (on_device && last) hx_gen_fed_drawn(g, rows, &drawn, 0, s->logits);
         else hx_gen_fed(g, rows, last ? s->logits : NULL);
     }
     const hx_status end = hx_gen_end(g, stats, err);

@@ -125,8 +125,11 @@ void hx_gen_fed(hx_gen *g, int32_t rows, float *logits);
  * when the backend may draw g's next token (hx_sampler_device_row), with *row filled (valid
  * until the step); then hx_gen_fed_drawn takes what the backend drew. */
 bool hx_gen_device_row(hx_gen *g, hx_sample_row *row);
-/* hx_gen_fed for a token the backend drew. */
-void hx_gen_fed_drawn(hx_gen *g, int32_t rows, const hx_sample_out *o);
+/* hx_gen_fed for what the backend drew from logit row logit_row of the step. When a grammar
+ * refuses the token, the row's logits are read into scratch [n_vocab] (host memory) and the
+ * host samples from them (hx_sampler_device_refused). */
+void hx_gen_fed_drawn(hx_gen *g, int32_t rows, const hx_sample_out *o, int64_t logit_row,
+                      float *scratch);
 /* Gives back the generation's KV blocks; it re-feeds everything it holds later (preemption). */
 void hx_gen_preempt(hx_gen *g);
 bool hx_gen_done(const hx_gen *g);

@@ -450,6 +450,7 @@ hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, hx_kv_store *kv_swa, const 
     for (int64_t i0 = 0; i0 < b->n_logits; i0 += HX_LLM_LOGIT_ROWS) {
         const int64_t n = b->n_logits - i0 < HX_LLM_LOGIT_ROWS ? b->n_logits - i0
                                                                : HX_LLM_LOGIT_ROWS;
+        m->logits_from = i0;
         be->gather_rows(be, m->x, b->logit_rows + i0, n, d, m->h);
         be->rmsnorm(be, m->h, m->out_norm, n, d, hp->norm_eps, m->h);
         be->matmul(be, m->output, NULL, m->h, n, m->logits);
@@ -469,4 +470,11 @@ hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, hx_kv_store *kv_swa, const 
         }
     }
     return HX_OK;
+}
+
+void hx_llm_read_logits(hx_llm *m, int64_t i, float *dst)
+{
+    const int64_t V = m->hp.n_vocab;
+    HX_ASSERT(i >= m->logits_from && i - m->logits_from < HX_LLM_LOGIT_ROWS);
+    m->be->read(m->be, dst, m->logits + (i - m->logits_from) * V, (size_t)V * sizeof(float));
 }

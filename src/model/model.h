@@ -77,6 +77,7 @@ typedef struct hx_llm {
     float *q, *k, *v; /* [max_tok, n_head*d_head], [max_tok, kv_dim] x2 */
     float *gate, *up; /* [max_tok, d_ff] */
     float *logits; /* [min(max_tok, HX_LLM_LOGIT_ROWS), n_vocab] */
+    int64_t logits_from; /* the first logit row the last forward's last pass holds */
     float *router; /* [max_tok, n_expert] router logits; NULL for a dense model */
     float *moe_work; /* hx_moe_work_floats of max_tok rows; NULL for a dense model */
 } hx_llm;
@@ -112,6 +113,12 @@ void      hx_llm_close(hx_llm *m);
  * the other layers' to kv. */
 hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, hx_kv_store *kv_swa, const hx_batch *batch,
                          float *logits, hx_err *err);
+
+/* Copies logit row i (an index into the last hx_llm_forward's logit_rows) as the forward left it
+ * on its backend (a drawn row with the draw's edits applied) into dst [n_vocab], host memory:
+ * for a row drawn on the device that the host needs after all (a grammar refused the draw).
+ * Valid until the next forward, for the rows of its last pass of HX_LLM_LOGIT_ROWS. */
+void hx_llm_read_logits(hx_llm *m, int64_t i, float *dst);
 
 /* Fills inv_freq[n_rot/2] and the magnitude factor for the model's RoPE scaling (exposed for
  * tests). freq_factors (llama3 GGUFs' rope_freqs.weight; for longrope, the long or the short

@@ -379,7 +379,7 @@ bool hx_sampler_device_row(hx_sampler *s, bool logprobs, hx_sample_row *row)
 {
     const hx_sampling *p = &s->p;
     const bool greedy = !(p->temperature > 0.0f);
-    if (s->g_active || s->bias_repeats || (!greedy && (p->top_k < 1 || p->top_k > HX_SAMPLE_TOP_K)))
+    if (s->bias_repeats || (!greedy && (p->top_k < 1 || p->top_k > HX_SAMPLE_TOP_K)))
         return false;
     /* The bias, then the penalties of the distinct tokens in the window (an id in both: one
      * edit, the bias applied first, as hx_sampler_sample does). */
@@ -413,6 +413,16 @@ bool hx_sampler_device_row(hx_sampler *s, bool logprobs, hx_sample_row *row)
                            .frequency_penalty = p->frequency_penalty, .edits = s->edits,
                            .n_edits = n};
     return true;
+}
+
+bool hx_sampler_device_takes(hx_sampler *s, int32_t token)
+{
+    return !s->g_active || grammar_takes(s, token);
+}
+
+int32_t hx_sampler_device_refused(hx_sampler *s, const float *logits, int32_t refused)
+{
+    return constrained(s, logits, refused);
 }
 
 void hx_sampler_device_logprobs(const hx_sampler *s, const hx_sample_out *o, hx_token_logprobs *lp)

@@ -108,13 +108,20 @@ bool hx_sampler_grammar_active(const hx_sampler *s);
 int32_t hx_sampler_sample(hx_sampler *s, float *logits, hx_token_logprobs *lp);
 
 /* Whether a backend's `sample` op (backend/backend.h) can draw the next token instead of
- * hx_sampler_sample: unless a grammar is active, an id appears twice in the logit bias, or top_k
- * is off or above HX_SAMPLE_TOP_K at a temperature above 0. Then it fills *row (the bias and
- * penalties as its edits, valid until the next call on s; with logprobs, the log-probabilities
- * asked for too) and takes the draw's number from the generator as hx_sampler_sample would
- * have, so the op's token is the one hx_sampler_sample would have given and the generator stays
- * in step. The token is then kept as one from hx_sampler_sample (hx_sampler_accept). */
+ * hx_sampler_sample: unless an id appears twice in the logit bias, or top_k is off or above
+ * HX_SAMPLE_TOP_K at a temperature above 0. Then it fills *row (the bias and penalties as its
+ * edits, valid until the next call on s; with logprobs, the log-probabilities asked for too) and
+ * takes the draw's number from the generator as hx_sampler_sample would have, so the op's token
+ * is the one hx_sampler_sample would have drawn first and the generator stays in step. The
+ * drawn token then goes to hx_sampler_device_takes. */
 bool hx_sampler_device_row(hx_sampler *s, bool logprobs, hx_sample_row *row);
+/* Whether the token a backend drew stands: always without an active grammar; with one, when
+ * the grammar takes it (and then it advances over it, as in hx_sampler_sample). When it does
+ * not, hx_sampler_device_refused goes on as hx_sampler_sample would have: the chain again over
+ * the allowed tokens with the generator's next number, from the row's logits as the op left
+ * them (its edits applied). Either way the token is kept as one from hx_sampler_sample. */
+bool    hx_sampler_device_takes(hx_sampler *s, int32_t token);
+int32_t hx_sampler_device_refused(hx_sampler *s, const float *logits, int32_t refused);
 /* The op's result as hx_sampler_sample's log-probabilities record. */
 void hx_sampler_device_logprobs(const hx_sampler *s, const hx_sample_out *o,
                                 hx_token_logprobs *lp);

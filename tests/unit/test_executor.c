@@ -617,6 +617,37 @@ static int test_json_grammar_makes_greedy_output_a_json_object(void)
     return 0;
 }
 
+/* Under a grammar, a backend's draw stands when the grammar takes it and the host goes on from
+ * the row's logits when it refuses it: the same JSON as the host's sampler alone, greedy and
+ * seeded (the model's prose is refused at once, so both ways are taken). */
+static int test_json_grammar_drawn_by_the_backend(void)
+{
+    rig r;
+    hx_grammar *g;
+    hx_grammar_vocab *v;
+    if (!json_rig(&r, &g, &v)) return 0;
+    static char host[8192], drawn[8192];
+    for (int seeded = 0; seeded < 2; seeded++) {
+        for (int side = 0; side < 2; side++) {
+            r.m.be->sample = side ? ref_sample : NULL;
+            n_drawn = 0;
+            hx_completion *c = chat_completion(&r, k_capital, 60, hx_grammar_retain(g), v);
+            if (seeded) c->gp.sampling.temperature = 0.9f, c->gp.sampling.seed = 11;
+            const hx_event done = run_one(&r, c, side ? drawn : host, sizeof host);
+            CHECK_EQ(done.status, HX_OK);
+            CHECK(side == 0 || n_drawn >= done.stats.n_gen);
+        }
+        if (strcmp(host, drawn) != 0)
+            CHECK_FAIL("%s: host \"%s\" vs drawn \"%s\"", seeded ? "seeded" : "greedy", host,
+                       drawn);
+    }
+    r.m.be->sample = NULL;
+    rig_free(&r);
+    hx_grammar_free(g);
+    hx_grammar_vocab_free(v);
+    return 0;
+}
+
 static int test_grammar_after_begins_the_grammar_after_the_trigger(void)
 {
     rig r;
@@ -666,5 +697,6 @@ static const check_case cases[] = {
     {"prefix_cache_serves_a_repeated_prompt", test_prefix_cache_serves_a_repeated_prompt},
     {"json_grammar_makes_greedy_output_a_json_object", test_json_grammar_makes_greedy_output_a_json_object},
     {"grammar_after_begins_the_grammar_after_the_trigger", test_grammar_after_begins_the_grammar_after_the_trigger},
+    {"json_grammar_drawn_by_the_backend", test_json_grammar_drawn_by_the_backend},
 };
 CHECK_MAIN(cases)

@@ -447,8 +447,7 @@ static int test_device_row_takes_the_next_number(void)
     CHECK(hx_sampler_device_row(a, false, &row)); /* the counts are left as they were */
     CHECK(row.n_edits == 4 && row.edits[2].count == 2 && row.edits[3].count == 1);
     hx_sampler_free(a);
-    /* What only the host does: top-k off or past the backend's bound, an id twice in the bias,
-     * an active grammar. */
+    /* What only the host does: top-k off or past the backend's bound, an id twice in the bias. */
     int32_t twice[2] = {1, 1};
     hx_sampling no[3];
     for (int i = 0; i < 3; i++) no[i] = hx_sampling_default();
@@ -460,14 +459,54 @@ static int test_device_row_takes_the_next_number(void)
         if (hx_sampler_device_row(a, false, &row)) CHECK_FAIL("settings %d drawn by the backend", i);
         hx_sampler_free(a);
     }
+    return 0;
+}
+
+/* A grammar and a backend's draw: the drawn token stands when the grammar takes it; when it
+ * refuses it, the host goes on from the row's logits exactly as hx_sampler_sample does (greedy,
+ * and seeded with the refusal's second number). */
+static int test_device_draw_under_a_grammar(void)
+{
     gram gr;
     CHECK_EQ(gram_open(&gr, k_yes_no), 0);
-    hx_sampling g = gram_sampling(&gr, 0);
-    g.grammar_lazy = true;
-    CHECK_EQ(hx_sampler_init(&g, GV, &a, &err), HX_OK);
-    CHECK(hx_sampler_device_row(a, false, &row)); /* a lazy grammar not begun constrains nothing */
-    hx_sampler_grammar_begin(a);
-    CHECK(!hx_sampler_device_row(a, false, &row));
+    /* "maybe" so far ahead that every draw takes it first (the backend's draw, below) */
+    /*                       yes  no    y    es   n    o    maybe end  x    end */
+    const float l0[GV + 2] = {4.f, 5.f, 3.f, 7.f, 2.f, 1.f, 40.f, 6.f, 8.f, 6.f};
+    for (int t = 0; t < 2; t++) {
+        hx_sampling p = gram_sampling(&gr, t ? 1.0f : 0.0f);
+        p.seed = 3, p.top_k = GV; /* the backend takes top-k 1..256 */
+        hx_sampler *a = NULL, *b = NULL;
+        hx_err err = {0};
+        hx_sample_row row;
+        CHECK_EQ(hx_sampler_init(&p, GV, &a, &err), HX_OK);
+        CHECK_EQ(hx_sampler_init(&p, GV, &b, &err), HX_OK);
+        for (int step = 0; step < 2; step++) {
+            float la[GV + 2], lb[GV + 2];
+            memcpy(la, l0, sizeof la);
+            memcpy(lb, l0, sizeof lb);
+            CHECK(hx_sampler_device_row(a, false, &row));
+            /* the backend's draw: "maybe", which the grammar never takes */
+            CHECK(!hx_sampler_device_takes(a, 6));
+            const int32_t got = hx_sampler_device_refused(a, la, 6);
+            const int32_t want = hx_sampler_sample(b, lb, NULL);
+            if (got != want) CHECK_FAIL("temperature %d, step %d: %d, the host %d", t, step, got, want);
+        }
+        hx_sampler_free(a);
+        hx_sampler_free(b);
+    }
+    /* A token the grammar takes stands, and advances it: then only the end is allowed. */
+    hx_sampling p = gram_sampling(&gr, 0);
+    hx_sampler *a = NULL;
+    hx_err err = {0};
+    hx_sample_row row;
+    CHECK_EQ(hx_sampler_init(&p, GV, &a, &err), HX_OK);
+    CHECK(hx_sampler_device_row(a, false, &row));
+    CHECK(hx_sampler_device_takes(a, 0)); /* "yes" */
+    CHECK(hx_sampler_device_row(a, false, &row));
+    CHECK(!hx_sampler_device_takes(a, 2));
+    float l[GV + 2];
+    memcpy(l, l0, sizeof l);
+    CHECK_EQ(hx_sampler_device_refused(a, l, 2), END_A);
     hx_sampler_free(a);
     gram_close(&gr);
     return 0;
@@ -544,6 +583,7 @@ static const check_case cases[] = {
     { "grammar_end_token_is_allowed_only_when_done", test_grammar_end_token_is_allowed_only_when_done },
     { "lazy_grammar_is_inactive_until_begin", test_lazy_grammar_is_inactive_until_begin },
     { "device_row_takes_the_next_number", test_device_row_takes_the_next_number },
+    { "device_draw_under_a_grammar", test_device_draw_under_a_grammar },
     { "grammar_references_are_counted", test_grammar_references_are_counted },
     { "dead_grammar_ends_with_the_first_end_token", test_dead_grammar_ends_with_the_first_end_token },
     { "grammar_settings_are_checked", test_grammar_settings_are_checked },
