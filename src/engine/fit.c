@@ -418,10 +418,11 @@ static void backend_scratch(const hx_hparams *hp, int64_t T, int32_t n_threads, 
 }
 
 /* cuda_reserve's buffers for steps of T rows and the staging arena (cuda_backend.c): the f16
- * copy of a step's input rows, as wide as the widest matmul input, and one chunk of a dequantized weight for
- * the tensor-core matmuls; then what decode steps grow on first use: the GEMV's input as 16-bit
- * integers (two bytes a value, a float per 32) and decode attention's counters and partial
- * states (kernels.h). Device memory is committed when allocated, so reserved is touched. */
+ * copy of a step's input rows, as wide as the widest matmul input, and one chunk of a
+ * dequantized weight for the tensor-core matmuls; then what decode steps grow on first use: the
+ * GEMV's input as 16-bit integers (two bytes a value, a float per 32) and decode attention's
+ * counters and partial states (kernels.h). Device memory is committed when allocated, so
+ * reserved is touched. */
 static uint64_t cuda_scratch(const hx_hparams *hp, int64_t T, int64_t largest_matmul)
 {
     const int64_t n_in = hx_llm_widest_input(hp);

@@ -886,8 +886,10 @@ static int test_rmsnorm_widths(void)
     CHECK(cpu->reserve(cpu, 20000, 64, &err) == HX_OK);
     for (size_t k = 0; k < HX_COUNTOF(widths); k++) {
         const int64_t d = widths[k];
-        float *x = hx_alloc((size_t)(T * d) * sizeof *x), *a = hx_alloc((size_t)(T * d) * sizeof *a);
-        float *b = hx_alloc((size_t)(T * d) * sizeof *b), *w_v = hx_alloc((size_t)d * sizeof *w_v);
+        float *x = hx_alloc((size_t)(T * d) * sizeof *x);
+        float *a = hx_alloc((size_t)(T * d) * sizeof *a);
+        float *b = hx_alloc((size_t)(T * d) * sizeof *b);
+        float *w_v = hx_alloc((size_t)d * sizeof *w_v);
         CHECK(x && a && b && w_v);
         fill(x, T * d, -3, 3);
         fill(w_v, d, 0.5f, 1.5f);

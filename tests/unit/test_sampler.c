@@ -456,7 +456,8 @@ static int test_device_row_takes_the_next_number(void)
     no[2].bias_ids = twice, no[2].bias_values = vals, no[2].n_bias = 2;
     for (int i = 0; i < 3; i++) {
         CHECK_EQ(hx_sampler_init(&no[i], 4, &a, &err), HX_OK);
-        if (hx_sampler_device_row(a, false, &row)) CHECK_FAIL("settings %d drawn by the backend", i);
+        if (hx_sampler_device_row(a, false, &row))
+            CHECK_FAIL("settings %d drawn by the backend", i);
         hx_sampler_free(a);
     }
     return 0;
@@ -489,7 +490,8 @@ static int test_device_draw_under_a_grammar(void)
             CHECK(!hx_sampler_device_takes(a, 6));
             const int32_t got = hx_sampler_device_refused(a, la, 6);
             const int32_t want = hx_sampler_sample(b, lb, NULL);
-            if (got != want) CHECK_FAIL("temperature %d, step %d: %d, the host %d", t, step, got, want);
+            if (got != want)
+                CHECK_FAIL("temperature %d, step %d: %d, the host %d", t, step, got, want);
         }
         hx_sampler_free(a);
         hx_sampler_free(b);

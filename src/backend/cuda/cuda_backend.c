@@ -104,6 +104,8 @@ struct cuda_impl {
     int64_t        att_scratch_elems;
     void          *smp_scratch;       /* the sample op's candidates, then its tokens */
     int64_t        smp_scratch_elems;
+    hx_cuda_edit  *smp_edits;         /* a step's sampling edits gathered (host; grown, kept) */
+    int64_t        smp_edits_cap;
     int64_t        max_weight_elems;  /* the largest matmul weight seen by `weight` */
     int64_t        max_n_in;          /* the widest input of those weights */
     size_t         uploaded;          /* weight bytes uploaded, for the progress line */
@@ -423,11 +425,19 @@ static bool mlx4_as_q4_1(const hx_tensor *t)
     return fits;
 }
 
-/* Rows [o0, o0 + n) of t (a 32-value block format, or MLX 4-bit taken as Q4_1) split: codes into
- * hq (qb bytes a block), f16 scales into hs, Q4_1's offsets into hm. */
+/* Rows [o0, o0 + n) of t as the device keeps them (kernels.h), n_blk blocks a row: a 32-value
+ * block format (or MLX 4-bit taken as Q4_1) split, codes into hq (qb bytes a block), f16 scales
+ * into hs, Q4_1's offsets into hm; Q6_K super-blocks padded to qb bytes. */
 static void split_rows(const hx_tensor *t, int64_t o0, int64_t n, int64_t n_blk, int qb,
                        unsigned char *hq, uint16_t *hs, uint16_t *hm)
 {
+    if (t->dtype == HX_DT_Q6_K) {
+        for (int64_t b = 0; b < n * n_blk; b++) {
+            memcpy(hq + b * qb, (const unsigned char *)t->data + (o0 * n_blk + b) * 210, 210);
+            memset(hq + b * qb + 210, 0, (size_t)qb - 210);
+        }
+        return;
+    }
     if (t->dtype == HX_DT_MLX4) {
         /* MLX: element i of a block is nibble i % 2 of byte i / 2; Q4_1: byte k holds elements
          * k (low nibble) and k + 16 (high). */
@@ -477,7 +487,7 @@ static void run_split(void *p, int ith, int nth)
     hx_split_range(a->n, ith, nth, 1, &lo, &hi);
     if (hi > lo)
         split_rows(a->t, a->o0 + lo, hi - lo, a->n_blk, a->qb, a->hq + lo * a->n_blk * a->qb,
-                   a->hs + lo * a->n_blk, a->hm ? a->hm + lo * a->n_blk : NULL);
+                   a->hs ? a->hs + lo * a->n_blk : NULL, a->hm ? a->hm + lo * a->n_blk : NULL);
 }
 
 /* Runs task over the backend's load threads (made at the first use; the caller alone when
@@ -493,64 +503,35 @@ static void load_run(cuda_impl *c, hx_task_fn fn, void *task)
     else fn(task, 0, 1);
 }
 
-/* Rows [o0, o0 + n) of a Q6_K tensor with each super-block padded to HX_CUDA_Q6_K_BYTES. */
-static void run_pad_q6_k(void *p, int ith, int nth)
+/* A tensor the device keeps rearranged (split_rows): a Q4_0/Q4_1/Q8_0 one (w->dtype; t may be
+ * MLX 4-bit as Q4_1) as rows of codes into w->q and the f16 scales (and Q4_1's offsets) of its
+ * blocks into w->scales (w->biases); a Q6_K one padded. Rearranged on the host a few MiB of rows
+ * at a time by the backend's load threads (an 8B model's 234M blocks took 2.6 s on one). */
+static cudaError_t upload_split(cuda_impl *c, const hx_tensor *t, hx_cuda_wmat *w)
 {
-    const split_task *a = p;
-    int64_t lo, hi;
-    hx_split_range(a->n * a->n_blk, ith, nth, 1, &lo, &hi);
-    for (int64_t b = lo; b < hi; b++) {
-        memcpy(a->hq + b * HX_CUDA_Q6_K_BYTES,
-               (const unsigned char *)a->t->data + (a->o0 * a->n_blk + b) * 210, 210);
-        memset(a->hq + b * HX_CUDA_Q6_K_BYTES + 210, 0, HX_CUDA_Q6_K_BYTES - 210);
-    }
-}
-
-/* A Q6_K tensor uploaded with padded super-blocks (kernels.h), a few MiB of rows at a time. */
-static cudaError_t upload_q6_k(cuda_impl *c, const hx_tensor *t, hx_cuda_wmat *w)
-{
-    const int64_t n_blk = w->n_in / 256, chunk = (8 << 20) / w->row_bytes + 1;
+    const bool q6 = w->dtype == HX_DT_Q6_K, offsets = w->dtype == HX_DT_Q4_1;
+    const int64_t n_blk = w->n_in / (q6 ? 256 : 32);
+    const int qb = q6 ? HX_CUDA_Q6_K_BYTES : (int)(w->row_bytes / n_blk);
+    const int64_t chunk = (8 << 20) / w->row_bytes + 1;
     unsigned char *hq = hx_alloc((size_t)(chunk * w->row_bytes));
-    cudaError_t e = hq ? cudaMalloc((void **)&w->q, (size_t)(w->n_out * w->row_bytes))
-                       : cudaErrorMemoryAllocation;
-    for (int64_t o0 = 0; e == cudaSuccess && o0 < w->n_out; o0 += chunk) {
-        const int64_t n = o0 + chunk < w->n_out ? chunk : w->n_out - o0;
-        split_task task = {t, o0, n, n_blk, 0, hq, NULL, NULL};
-        load_run(c, run_pad_q6_k, &task);
-        e = cudaMemcpy((unsigned char *)(uintptr_t)w->q + o0 * w->row_bytes, hq,
-                       (size_t)(n * w->row_bytes), cudaMemcpyHostToDevice);
-    }
-    hx_free(hq);
-    return e;
-}
-
-/* A Q4_0/Q4_1/Q8_0 tensor (w->dtype; t may be MLX 4-bit as Q4_1) uploaded split (kernels.h):
- * rows of codes into w->q, the f16 scales (and Q4_1's offsets) of its blocks into w->scales
- * (w->biases), rearranged on the host a few MiB of rows at a time by the backend's load threads
- * (an 8B model's 234M blocks took 2.6 s on one). */
-static cudaError_t upload_b32(cuda_impl *c, const hx_tensor *t, hx_cuda_wmat *w)
-{
-    const int64_t n_blk = w->n_in / 32, src_row = (int64_t)hx_dtype_row_bytes(t->dtype, w->n_in);
-    const int qb = w->dtype == HX_DT_Q8_0 ? 32 : 16, lead = w->dtype == HX_DT_Q4_1 ? 4 : 2;
-    const int64_t chunk = (8 << 20) / src_row + 1;
-    unsigned char *hq = hx_alloc((size_t)(chunk * w->row_bytes));
-    uint16_t *hs = hx_alloc((size_t)(chunk * n_blk) * 2);
-    uint16_t *hm = lead == 4 ? hx_alloc((size_t)(chunk * n_blk) * 2) : NULL; /* Q4_1's m */
+    uint16_t *hs = q6 ? NULL : hx_alloc((size_t)(chunk * n_blk) * 2);
+    uint16_t *hm = offsets ? hx_alloc((size_t)(chunk * n_blk) * 2) : NULL;
     const size_t sb = (size_t)(w->n_out * n_blk) * 2;
-    cudaError_t e = !hq || !hs || (lead == 4 && !hm) ? cudaErrorMemoryAllocation : cudaSuccess;
+    cudaError_t e = !hq || (!q6 && !hs) || (offsets && !hm) ? cudaErrorMemoryAllocation
+                                                            : cudaSuccess;
     if (e == cudaSuccess) e = cudaMalloc((void **)&w->q, (size_t)(w->n_out * w->row_bytes));
-    if (e == cudaSuccess) e = cudaMalloc((void **)&w->scales, sb);
-    if (e == cudaSuccess && w->dtype == HX_DT_Q4_1) e = cudaMalloc((void **)&w->biases, sb);
+    if (e == cudaSuccess && !q6) e = cudaMalloc((void **)&w->scales, sb);
+    if (e == cudaSuccess && offsets) e = cudaMalloc((void **)&w->biases, sb);
     for (int64_t o0 = 0; e == cudaSuccess && o0 < w->n_out; o0 += chunk) {
         const int64_t n = o0 + chunk < w->n_out ? chunk : w->n_out - o0;
         split_task task = {t, o0, n, n_blk, qb, hq, hs, hm};
         load_run(c, run_split, &task);
         e = cudaMemcpy((unsigned char *)(uintptr_t)w->q + o0 * w->row_bytes, hq,
                        (size_t)(n * w->row_bytes), cudaMemcpyHostToDevice);
-        if (e == cudaSuccess)
+        if (e == cudaSuccess && hs)
             e = cudaMemcpy((uint16_t *)(uintptr_t)w->scales + o0 * n_blk, hs, (size_t)(n * n_blk) * 2,
                            cudaMemcpyHostToDevice);
-        if (e == cudaSuccess && lead == 4)
+        if (e == cudaSuccess && hm)
             e = cudaMemcpy((uint16_t *)(uintptr_t)w->biases + o0 * n_blk, hm, (size_t)(n * n_blk) * 2,
                            cudaMemcpyHostToDevice);
     }
@@ -561,7 +542,7 @@ static cudaError_t upload_b32(cuda_impl *c, const hx_tensor *t, hx_cuda_wmat *w)
 }
 
 /* Uploads tensor t's rows (and an MLX tensor's scales and biases): unchanged, except the
- * 32-value block formats, split by upload_b32. */
+ * 32-value block formats and Q6_K, rearranged by upload_split. */
 static hx_status upload_wmat(cuda_impl *c, const hx_tensor *t, hx_cuda_wmat *w, hx_err *err)
 {
     const int64_t n_in = t->shape[t->n_dims - 1], n_out = hx_tensor_n_rows(t);
@@ -580,10 +561,10 @@ static hx_status upload_wmat(cuda_impl *c, const hx_tensor *t, hx_cuda_wmat *w, 
         w->row_bytes = w->dtype == HX_DT_Q8_0 ? n_in : n_in / 2;
         w->sb_dtype = HX_DT_F16;
         w->group_size = 32;
-        ok = (e = upload_b32(c, t, w)) == cudaSuccess;
+        ok = (e = upload_split(c, t, w)) == cudaSuccess;
     } else if (t->dtype == HX_DT_Q6_K) {
         w->row_bytes = n_in / 256 * HX_CUDA_Q6_K_BYTES;
-        ok = (e = upload_q6_k(c, t, w)) == cudaSuccess;
+        ok = (e = upload_split(c, t, w)) == cudaSuccess;
     } else {
         ok = (w->q = upload(t->data, q_bytes, &e)) != NULL;
     }
@@ -661,7 +642,8 @@ static const hx_cuda_wmat *dev_wmat_of(cuda_impl *c, const hx_tensor *t)
     if (e) return &e->w;
     hx_cuda_wmat w;
     hx_err err = {0};
-    if (upload_wmat(c, t, &w, &err) != HX_OK) cuda_die("uploading a table", err.msg, __FILE__, __LINE__);
+    if (upload_wmat(c, t, &w, &err) != HX_OK)
+        cuda_die("uploading a table", err.msg, __FILE__, __LINE__);
     cache_add(c, t->data, &w, true);
     return &c->cache[c->n_cache - 1].w;
 }
@@ -1488,7 +1470,8 @@ static void run_sample(cuda_impl *c, const void *p)
                    c->stream);
 }
 
-/* The rows' edits as one array staged padded (NULL when there are none). */
+/* The rows' edits as one array staged padded (NULL when there are none), gathered in a host
+ * buffer that grows to the most a step has had (a decode step allocates nothing after). */
 static const hx_cuda_edit *stage_edits(cuda_impl *c, const hx_sample_row *rows, int64_t m,
                                        int64_t *n_padded)
 {
@@ -1496,17 +1479,21 @@ static const hx_cuda_edit *stage_edits(cuda_impl *c, const hx_sample_row *rows, 
     for (int64_t i = 0; i < m; i++) n += rows[i].top_k > 0 ? rows[i].n_edits : 0;
     *n_padded = (n + EDITS_PAD - 1) / EDITS_PAD * EDITS_PAD;
     if (n == 0) return NULL;
-    hx_cuda_edit *e = hx_alloc((size_t)n * sizeof *e);
-    if (!e) cuda_die("host allocation", "out of memory for the sampling edits", __FILE__, __LINE__);
+    if (n > c->smp_edits_cap) {
+        hx_cuda_edit *e = hx_realloc(c->smp_edits, (size_t)*n_padded * sizeof *e);
+        if (!e) cuda_die("host allocation", "out of memory for the sampling edits", __FILE__,
+                         __LINE__);
+        c->smp_edits = e;
+        c->smp_edits_cap = *n_padded;
+    }
     int64_t k = 0;
     for (int64_t i = 0; i < m; i++)
         for (int32_t j = 0; rows[i].top_k > 0 && j < rows[i].n_edits; j++) {
             const hx_sample_edit *x = &rows[i].edits[j];
-            e[k++] = (hx_cuda_edit){(int32_t)i + 1, x->id, x->bias, x->count};
+            c->smp_edits[k++] = (hx_cuda_edit){(int32_t)i + 1, x->id, x->bias, x->count};
         }
-    const hx_cuda_edit *d = stage(c, e, (size_t)n * sizeof *e, (size_t)*n_padded * sizeof *e);
-    hx_free(e);
-    return d;
+    return stage(c, c->smp_edits, (size_t)n * sizeof *c->smp_edits,
+                 (size_t)*n_padded * sizeof *c->smp_edits);
 }
 
 /* The draws join the step's log (their settings, numbers and edits staged like any host array,
@@ -1599,6 +1586,7 @@ static void cuda_destroy(hx_backend *be)
         cudaFree(c->xq);
         cudaFree(c->att_scratch);
         cudaFree(c->smp_scratch);
+        hx_free(c->smp_edits);
         cudaFree(c->arena_d);
         cudaFreeHost(c->arena_h);
         if (c->handle) c->blas->destroy(c->handle);

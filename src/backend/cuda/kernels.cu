@@ -1080,8 +1080,9 @@ __device__ float rms_scale(double ss, int64_t d, float eps)
 // read once, and loads w before waiting for the kernel ahead (w is a weight: nothing in flight
 // writes it), so that load overlaps that kernel's end.
 template <int E>
-__global__ void __launch_bounds__(1024) rmsnorm_kernel(const float *x, const float *w, int64_t d, float eps, float *out,
-                               int8_t *xq, float *xd)
+__global__ void __launch_bounds__(1024)
+    rmsnorm_kernel(const float *x, const float *w, int64_t d, float eps, float *out, int8_t *xq,
+                   float *xd)
 {
     float wv[E], xv[E];
 #pragma unroll
@@ -1111,8 +1112,9 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(const float *x, const flo
 }
 
 // Rows wider than 16 values a thread (d > 16,384): the same, reading x twice.
-__global__ void __launch_bounds__(1024) rmsnorm_wide_kernel(const float *x, const float *w, int64_t d, float eps,
-                                    float *out, int8_t *xq, float *xd)
+__global__ void __launch_bounds__(1024)
+    rmsnorm_wide_kernel(const float *x, const float *w, int64_t d, float eps, float *out,
+                        int8_t *xq, float *xd)
 {
     after_prior();
     const float *xr = x + blockIdx.x * d;
@@ -2056,10 +2058,10 @@ void hx_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t d, 
     const int64_t t = ((d / 4 + 31) / 32) * 32;
     const unsigned threads = (unsigned)(t < 32 ? 32 : t > 1024 ? 1024 : t);
     const int64_t e = (d + threads - 1) / threads; // elements a thread holds
-    if (e <= 4) launch(rmsnorm_kernel<4>, (unsigned)n_rows, threads, 0, s, x, w, d, eps, out, xq, xd);
-    else if (e <= 8) launch(rmsnorm_kernel<8>, (unsigned)n_rows, threads, 0, s, x, w, d, eps, out, xq, xd);
-    else if (e <= 16) launch(rmsnorm_kernel<16>, (unsigned)n_rows, threads, 0, s, x, w, d, eps, out, xq, xd);
-    else launch(rmsnorm_wide_kernel, (unsigned)n_rows, threads, 0, s, x, w, d, eps, out, xq, xd);
+    void (*k)(const float *, const float *, int64_t, float, float *, int8_t *, float *) =
+        e <= 4 ? rmsnorm_kernel<4> : e <= 8 ? rmsnorm_kernel<8> : e <= 16 ? rmsnorm_kernel<16>
+                                                                           : rmsnorm_wide_kernel;
+    launch(k, (unsigned)n_rows, threads, 0, s, x, w, d, eps, out, xq, xd);
 }
 
 void hx_cuda_rope(float *x, int32_t n_head, float *x2, int32_t n_head2, const int32_t *pos,

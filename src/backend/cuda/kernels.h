@@ -148,13 +148,14 @@ typedef struct {
     float   bias;
     int32_t count;
 } hx_cuda_edit;
+#define HX_CUDA_DRAW_TOP_K 256
+#define HX_CUDA_DRAW_N_TOP 20 /* alternatives with the log-probabilities, at most */
 typedef struct {
     int32_t token;
     float   logprob;
-    int32_t top_ids[20];
-    float   top_logprobs[20];
+    int32_t top_ids[HX_CUDA_DRAW_N_TOP];
+    float   top_logprobs[HX_CUDA_DRAW_N_TOP];
 } hx_cuda_drawn;
-#define HX_CUDA_DRAW_TOP_K 256
 /* Bytes of device scratch hx_cuda_sample needs for n rows of n_vocab logits. */
 size_t hx_cuda_sample_scratch(int64_t n, int64_t n_vocab);
 /* Applies the n_edits edits to logits [n, n_vocab] in place, then out[i] = the draw of row i

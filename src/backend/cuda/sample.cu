@@ -23,7 +23,6 @@ constexpr int SEG = 4096;          // logits a segment block selects from
 constexpr int SEG_THREADS = 256;
 constexpr int ROW_THREADS = 512;
 constexpr int TOPK = HX_CUDA_DRAW_TOP_K;
-constexpr int HX_CUDA_DRAW_N_TOP = 20; // hx_cuda_drawn's arrays
 
 // A float's key: unsigned order equals the floats' order (-0 as +0); NaN ranks below -inf.
 __device__ __forceinline__ uint32_t float_key(float f)
