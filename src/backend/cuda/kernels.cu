@@ -115,6 +115,34 @@ __device__ __forceinline__ float load_sb(const void *p, int dt, int64_t g)
     return dt == HX_DT_BF16 ? bf2f(h) : h2f(h);
 }
 
+// Before it waits for the kernel ahead (after_prior), a GEMV block asks L2 for its rows of the
+// weight, which nothing in flight writes. Under programmatic dependent launch the block is
+// resident while that kernel (an rmsnorm, the rope, attention, the GLU: short and latency
+// bound, using little of the memory's bandwidth) runs, so a single-wave GEMV's weights stream
+// in during it rather than after. Before sm_90 the block starts only once the kernel ahead has
+// ended, and nothing is asked.
+__device__ __forceinline__ void prefetch_span(const void *p, int64_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const char *c = (const char *)p;
+    for (int64_t off = (int64_t)threadIdx.x * 128; off < bytes; off += (int64_t)blockDim.x * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
+    if (threadIdx.x == 0 && bytes > 0) // the last line, when p was not at a line's start
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(c + bytes - 1));
+#endif
+}
+
+__device__ __forceinline__ void prefetch_rows(const hx_cuda_wmat &w, int64_t o0, int rows)
+{
+    const int64_t n = o0 + rows < w.n_out ? rows : w.n_out - o0;
+    prefetch_span((const uint8_t *)w.q + o0 * w.row_bytes, n * w.row_bytes);
+    if (w.scales) { // per-group scales (and offsets) of those rows
+        const int64_t per_row = w.n_in / w.group_size * (w.sb_dtype == HX_DT_F32 ? 4 : 2);
+        prefetch_span((const uint8_t *)w.scales + o0 * per_row, n * per_row);
+        if (w.biases) prefetch_span((const uint8_t *)w.biases + o0 * per_row, n * per_row);
+    }
+}
+
 // Scale and min of sub-block j of a Q4_K/Q5_K super-block (the packing is in quant_ref.c).
 __device__ __forceinline__ void k_scale_min(const uint8_t *s, int j, int *sc, int *m)
 {
@@ -404,10 +432,11 @@ template <int DT, int R>
 __global__ void __launch_bounds__(32 * GEMV_WARPS)
     gemv_kernel(const __grid_constant__ gemv_set set, const float *__restrict__ x, int n_rows)
 {
-    after_prior();
     int64_t o0;
     const hx_cuda_gemv_job job = gemv_job(set, &o0);
     const hx_cuda_wmat &w = job.w;
+    prefetch_rows(w, o0, GEMV_ROWS);
+    after_prior();
     const int64_t n8 = w.n_in / 8;
     float acc[GEMV_ROWS][R] = {};
 #pragma unroll 2
@@ -517,10 +546,11 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
     gemv_i8_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,
                    const float *__restrict__ xd, int n_rows)
 {
-    after_prior();
     int64_t o0;
     const hx_cuda_gemv_job job = gemv_job(set, &o0);
     const hx_cuda_wmat &w = job.w;
+    prefetch_rows(w, o0, GEMV_ROWS);
+    after_prior();
     const int64_t n8 = w.n_in / 8;
     float acc[GEMV_ROWS][R] = {};
     const int64_t n = (int64_t)n_rows * w.n_in; // the low bytes' offset
@@ -677,10 +707,11 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
     gemv_wide_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,
                      const float *__restrict__ xd, int n_rows)
 {
-    after_prior();
     int64_t o0;
     const hx_cuda_gemv_job job = gemv_job(set, &o0);
     const hx_cuda_wmat &w = job.w;
+    prefetch_rows(w, o0, GEMV_ROWS);
+    after_prior();
     constexpr int U = wide_unit<DT>(), NW = U / 4, NB = U / 32;
     const int64_t n_units = w.n_in / U;
     float acc[GEMV_ROWS][R] = {};
@@ -902,12 +933,13 @@ __global__ void __launch_bounds__(32 * MMA_WARPS)
     gemv_mma_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,
                     const float *__restrict__ xd, int n_rows)
 {
-    after_prior();
     extern __shared__ uint4 mma_smem[];
     using S = mma_stage<DT>;
     int64_t o0;
     const hx_cuda_gemv_job job = gemv_job<MMA_ROWS>(set, &o0);
     const hx_cuda_wmat &w = job.w;
+    prefetch_rows(w, o0, MMA_ROWS);
+    after_prior();
     const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int64_t nb = w.n_in / 32;
     const int n_stage = (int)((nb + MMA_KC - 1) / MMA_KC);
@@ -1346,6 +1378,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
 // the partial states follow.
 constexpr int DEC_SPLITS = 16;
 constexpr int64_t DEC_COUNTERS = 4096;
+constexpr int DEC_V_BATCH = 8; // V rows a warp has in flight (divides 32)
 
 __global__ void __launch_bounds__(32 * ATT_WARPS)
     decode_split_kernel(hx_cuda_kv kv, int32_t layer, const int32_t *__restrict__ blocks,
@@ -1407,21 +1440,33 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
         for (int k = 0; k < NV; k++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[k][i] *= corr;
+        // V rows DEC_V_BATCH keys at a time, every load issued before the first is used: a loop
+        // that multiplied each row as it arrived waited one round trip per key. A key past the
+        // end re-reads the chunk's last row with weight 0 (its lane's e).
         const int32_t n_keys = last - c0 + 1 < 32 ? last - c0 + 1 : 32;
-#pragma unroll 8
-        for (int jj = 0; jj < n_keys; jj++) {
-            const float pj = __shfl_sync(0xffffffffu, e, jj);
-            const int32_t pp = c0 + jj, bj = __shfl_sync(0xffffffffu, blk, jj);
-            const uint16_t *vr = kv.v + kv_index(kv, bj, layer, kvh, pp % bt);
+        for (int j0 = 0; j0 < n_keys; j0 += DEC_V_BATCH) {
+            uint2 vb[DEC_V_BATCH][NV];
+            float pb[DEC_V_BATCH];
 #pragma unroll
-            for (int k = 0; k < NV; k++) {
-                const int i = 4 * lane + 128 * k;
-                if (i < d) {
-                    const uint2 u = *(const uint2 *)(vr + i);
-                    const float2 a = __half22float2(*(const __half2 *)&u.x);
-                    const float2 b = __half22float2(*(const __half2 *)&u.y);
-                    acc[k][0] += pj * a.x, acc[k][1] += pj * a.y;
-                    acc[k][2] += pj * b.x, acc[k][3] += pj * b.y;
+            for (int u = 0; u < DEC_V_BATCH; u++) {
+                const int jj = j0 + u, src = jj < n_keys ? jj : n_keys - 1;
+                pb[u] = __shfl_sync(0xffffffffu, e, jj);
+                const int32_t bj = __shfl_sync(0xffffffffu, blk, src);
+                const uint16_t *vr = kv.v + kv_index(kv, bj, layer, kvh, (c0 + src) % bt);
+#pragma unroll
+                for (int k = 0; k < NV; k++) {
+                    const int i = 4 * lane + 128 * k;
+                    vb[u][k] = i < d ? *(const uint2 *)(vr + i) : make_uint2(0, 0);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < DEC_V_BATCH; u++) {
+#pragma unroll
+                for (int k = 0; k < NV; k++) {
+                    const float2 a = __half22float2(*(const __half2 *)&vb[u][k].x);
+                    const float2 b = __half22float2(*(const __half2 *)&vb[u][k].y);
+                    acc[k][0] += pb[u] * a.x, acc[k][1] += pb[u] * a.y;
+                    acc[k][2] += pb[u] * b.x, acc[k][3] += pb[u] * b.y;
                 }
             }
         }
