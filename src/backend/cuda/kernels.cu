@@ -1381,8 +1381,10 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
 // the partial states follow.
 constexpr int DEC_SPLITS = 16;
 constexpr int64_t DEC_COUNTERS = 4096;
-constexpr int DEC_V_BATCH = 8; // V rows a warp has in flight (divides 32)
+constexpr int DEC_V_BATCH = 16; // V rows a warp has in flight (divides 32)
 
+// NV: groups of 4 dimensions a lane takes of a V row (1 for heads of up to 128, else 2).
+template <int NV>
 __global__ void __launch_bounds__(32 * ATT_WARPS)
     decode_split_kernel(hx_cuda_kv kv, int32_t layer, const int32_t *__restrict__ blocks,
                         const float *__restrict__ q, const int32_t *__restrict__ pos,
@@ -1391,7 +1393,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
                         float *__restrict__ out, int8_t *__restrict__ xq, float *__restrict__ xd)
 {
     after_prior();
-    constexpr int NV = ATT_MAX_D / 128; // 4-dimension groups per lane
+    static_assert(NV * 128 <= ATT_MAX_D, "a lane's V groups fit a head");
     __shared__ __align__(16) float qs[ATT_MAX_D];
     __shared__ float part[ATT_WARPS][ATT_MAX_D];
     __shared__ float part_m[ATT_WARPS], part_l[ATT_WARPS];
@@ -1419,8 +1421,8 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
         if (p <= last) {
             const uint16_t *kr = kv.k + kv_index(kv, blk, layer, kvh, p % bt);
             float dot = 0.0f;
-#pragma unroll 8
-            for (int i = 0; i < d; i += 8) {
+#pragma unroll 16
+            for (int i = 0; i < d; i += 8) { // a head of 128: every load of the key at once
                 const uint4 a = *(const uint4 *)(kr + i);
                 const float4 q0 = *(const float4 *)(qs + i), q1 = *(const float4 *)(qs + i + 4);
                 const float2 f0 = __half22float2(*(const __half2 *)&a.x);
@@ -2163,9 +2165,9 @@ void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *block
     if (decode_split(n_tok, n_head, kv->d_head)) {
         const dim3 grid((unsigned)(n_tok * n_head), splits > 0 && splits < DEC_SPLITS ? splits
                                                                                    : DEC_SPLITS);
-        launch(decode_split_kernel, grid, 32 * ATT_WARPS, 0, s, *kv, layer, blocks, q, pos,
-               n_head, scale, window, softcap, scratch + DEC_COUNTERS, (unsigned *)scratch,
-               out, xq, xd);
+        launch(kv->d_head <= 128 ? decode_split_kernel<1> : decode_split_kernel<2>, grid,
+               32 * ATT_WARPS, 0, s, *kv, layer, blocks, q, pos, n_head, scale, window, softcap,
+               scratch + DEC_COUNTERS, (unsigned *)scratch, out, xq, xd);
         return;
     }
     launch(attention_kernel, (unsigned)(n_tok * n_head), 32 * ATT_WARPS, 0, s, *kv, layer,
