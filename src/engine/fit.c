@@ -56,6 +56,7 @@
 #define CUDA_HALF_W_ELEMS          ((int64_t)32 << 20)  /* HALF_W_ELEMS: a dequantized chunk */
 #define CUDA_BLAS_WS               ((uint64_t)32 << 20) /* BLAS_WS: cuBLAS's fixed workspace */
 #define CUDA_GEMV_ROWS             8    /* HX_CUDA_GEMV_ROWS (kernels.h) */
+#define CUDA_DEC_ROWS              64   /* HX_CUDA_DEC_ROWS (kernels.h) */
 #define CUDA_DEC_SPLITS            16   /* DEC_SPLITS, DEC_COUNTERS (kernels.cu) */
 #define CUDA_DEC_COUNTERS          4096
 #define CUDA_Q6_K_BYTES            224  /* HX_CUDA_Q6_K_BYTES: a padded Q6_K super-block */
@@ -428,8 +429,12 @@ static uint64_t cuda_scratch(const hx_hparams *hp, int64_t T, int64_t largest_ma
     const int64_t n_in = hx_llm_widest_input(hp);
     const int64_t chunk = largest_matmul < CUDA_HALF_W_ELEMS ? largest_matmul : CUDA_HALF_W_ELEMS;
     const int64_t gemv = CUDA_GEMV_ROWS * n_in * 2 + CUDA_GEMV_ROWS * n_in / 32 * 4 + 16;
-    const int64_t attn = (CUDA_DEC_COUNTERS + (int64_t)CUDA_GEMV_ROWS * hp->n_head *
-                                                  CUDA_DEC_SPLITS * (hp->d_head + 2)) * 4;
+    /* decode attention's partial states, for as many rows as one launch joins */
+    int64_t dec_rows = CUDA_DEC_COUNTERS / (hp->n_head > 0 ? hp->n_head : 1);
+    if (dec_rows > CUDA_DEC_ROWS) dec_rows = CUDA_DEC_ROWS;
+    if (dec_rows > T) dec_rows = T;
+    const int64_t attn = (CUDA_DEC_COUNTERS + dec_rows * hp->n_head * CUDA_DEC_SPLITS *
+                                                  (hp->d_head + 2)) * 4;
     return (uint64_t)(n_in * T) * 2 + (uint64_t)chunk * 2 + CUDA_ARENA_BYTES + CUDA_BLAS_WS +
            (uint64_t)gemv + (uint64_t)attn;
 }

@@ -411,19 +411,24 @@ hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, hx_kv_store *kv_swa, const 
         }
         be->rope(be, m->q, b->pos, T, hp->n_head, hp->d_head, rope);
         be->rope(be, m->k, b->pos, T, hp->n_kv_head, hp->d_head, rope);
-        /* Per sequence: store its rows' K/V, then attend over its cache. */
+        /* Every sequence's rows' K/V into its cache, then every sequence's attention over its
+         * cache (a sequence writes only blocks of its own, which no other reads): a backend
+         * may run each pass for all the step's sequences in one launch. */
         const bool swa = kv_swa && L->kv_swa;
         hx_kv_store *store = swa ? kv_swa : kv;
         const int32_t kl = kv_swa ? L->kv_layer : l;
-        for (int64_t t0 = 0; t0 < T;) {
-            int64_t t1 = t0 + 1;
-            while (t1 < T && b->seq[t1] == b->seq[t0]) t1++;
-            const hx_kv_seq *s = swa ? &b->seqs_swa[b->seq[t0]] : &b->seqs[b->seq[t0]];
-            be->kv_write(be, store, kl, s, b->pos + t0, m->k + t0 * kvd, m->v + t0 * kvd,
-                         t1 - t0);
-            be->attention(be, store, kl, s, m->q + t0 * qd, b->pos + t0, t1 - t0, &shape,
-                          m->h + t0 * qd);
-            t0 = t1;
+        for (int pass = 0; pass < 2; pass++) {
+            for (int64_t t0 = 0; t0 < T;) {
+                int64_t t1 = t0 + 1;
+                while (t1 < T && b->seq[t1] == b->seq[t0]) t1++;
+                const hx_kv_seq *s = swa ? &b->seqs_swa[b->seq[t0]] : &b->seqs[b->seq[t0]];
+                if (pass == 0)
+                    be->kv_write(be, store, kl, s, b->pos + t0, m->k + t0 * kvd,
+                                 m->v + t0 * kvd, t1 - t0);
+                else be->attention(be, store, kl, s, m->q + t0 * qd, b->pos + t0, t1 - t0,
+                                   &shape, m->h + t0 * qd);
+                t0 = t1;
+            }
         }
         be->matmul(be, L->wo, NULL, m->h, T, m->q); /* q is free now: reuse for o */
         if (L->post_attn_norm)

@@ -867,6 +867,135 @@ static int attention_case(int32_t d_head, int32_t n_head, int32_t n_kv, int32_t 
     return 0;
 }
 
+/* A decode step of many sequences as llama.c runs it: every sequence's cache write, then every
+ * sequence's attention, the rows of all in one buffer. The GPU joins them into launches of up
+ * to HX_CUDA_DEC_ROWS rows, each row with its own block table and position (70 rows here: two
+ * launches of each). Against the CPU, over repeated steps (a captured graph replayed), the
+ * caches bit for bit; then 8 rows of 3 sequences under a window with a GEMV reading the
+ * joined attention's rounded output. */
+static int attention_joined_case(int n_seq, const int32_t *rows_of, int32_t window, bool gemv)
+{
+    enum { BT = 16, DH = 128, NH = 8, NKV = 2, LAYERS = 2, LAYER = 1, MAX_SEQ = 70, PER = 6 };
+    hx_err err = {0};
+    const int32_t kvd = NKV * DH, qd = NH * DH, n_blocks = MAX_SEQ * PER + 3;
+    hx_kv_store kc = {.n_blocks = n_blocks, .block_tokens = BT, .n_layer = LAYERS,
+                      .n_kv_head = NKV, .d_head = DH, .kv_dim = kvd, .dtype = HX_KV_F16};
+    hx_kv_store kg = kc;
+    CHECK(cpu->kv_alloc(cpu, &kc, &err) == HX_OK);
+    CHECK(gpu->kv_alloc(gpu, &kg, &err) == HX_OK);
+    static int32_t tables[MAX_SEQ][PER], pos[MAX_SEQ * 3], first[MAX_SEQ + 1];
+    hx_kv_seq seqs[MAX_SEQ];
+    int32_t n_rows = 0;
+    for (int i = 0; i < n_seq; i++) { /* disjoint tables, blocks scattered over the pool */
+        for (int j = 0; j < PER; j++) tables[i][j] = ((i * PER + j) * 37 + 5) % n_blocks;
+        const int32_t len = 1 + (i * 13) % (PER * BT - 3); /* positions before this step */
+        seqs[i] = (hx_kv_seq){tables[i], len + rows_of[i]};
+        first[i] = n_rows;
+        for (int32_t r = 0; r < rows_of[i]; r++) pos[n_rows++] = len + r;
+    }
+    first[n_seq] = n_rows;
+    /* the positions before, per sequence (each from its own part of one buffer: the GPU's
+     * ops run at the next read) */
+    int32_t before[PER * BT];
+    for (int32_t i = 0; i < PER * BT; i++) before[i] = i;
+    const int64_t n_before = (int64_t)MAX_SEQ * PER * BT * kvd;
+    float *k = hx_alloc((size_t)n_before * 4), *v = hx_alloc((size_t)n_before * 4);
+    fill(k, n_before, -1, 1);
+    fill(v, n_before, -1, 1);
+    float *dk = dev(k, n_before), *dv = dev(v, n_before);
+    for (int i = 0; i < n_seq; i++) {
+        const int32_t len = pos[first[i]];
+        const int64_t at = (int64_t)i * PER * BT * kvd;
+        gpu->kv_write(gpu, &kg, LAYER, &seqs[i], before, dk + at, dv + at, len);
+        cpu->kv_write(cpu, &kc, LAYER, &seqs[i], before, k + at, v + at, len);
+    }
+    float one;
+    back(&one, dk, 1); /* run the writes before freeing their inputs */
+    gpu->free(gpu, dk);
+    gpu->free(gpu, dv);
+    hx_free(k);
+    hx_free(v);
+    /* this step's rows */
+    float *sk = hx_alloc((size_t)n_rows * kvd * 4), *sv = hx_alloc((size_t)n_rows * kvd * 4);
+    float *q = hx_alloc((size_t)n_rows * qd * 4), *a = hx_alloc((size_t)n_rows * qd * 4);
+    float *b = hx_alloc((size_t)n_rows * qd * 4);
+    fill(sk, (int64_t)n_rows * kvd, -1, 1);
+    fill(sv, (int64_t)n_rows * kvd, -1, 1);
+    fill(q, (int64_t)n_rows * qd, -1, 1);
+    float *dsk = dev(sk, (int64_t)n_rows * kvd), *dsv = dev(sv, (int64_t)n_rows * kvd);
+    float *dq = dev(q, (int64_t)n_rows * qd), *dout = dev(NULL, (int64_t)n_rows * qd);
+    const hx_attn_shape shape = {NH, NKV, DH, 1.0f / sqrtf((float)DH), window, 0.0f};
+    for (int i = 0; i < n_seq; i++) {
+        const int32_t f = first[i], n = rows_of[i];
+        cpu->kv_write(cpu, &kc, LAYER, &seqs[i], pos + f, sk + (int64_t)f * kvd,
+                      sv + (int64_t)f * kvd, n);
+    }
+    for (int i = 0; i < n_seq; i++) {
+        const int32_t f = first[i];
+        cpu->attention(cpu, &kc, LAYER, &seqs[i], q + (int64_t)f * qd, pos + f, rows_of[i],
+                       &shape, b + (int64_t)f * qd);
+    }
+    enum { N_OUT = 40 };
+    static weight w;
+    const hx_tensor *pw = NULL;
+    float *dm = NULL;
+    if (gemv) {
+        if (weight_make(&w, HX_DT_Q4_0, N_OUT, qd)) return 1;
+        CHECK((pw = gpu->weight(gpu, &w.t, &err)) != NULL);
+        dm = dev(NULL, (int64_t)n_rows * N_OUT);
+    }
+    const size_t kv_bytes = (size_t)n_blocks * LAYERS * BT * kvd * 2;
+    uint16_t *cache = hx_alloc(kv_bytes);
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < n_seq; i++) {
+            const int32_t f = first[i];
+            gpu->kv_write(gpu, &kg, LAYER, &seqs[i], pos + f, dsk + (int64_t)f * kvd,
+                          dsv + (int64_t)f * kvd, rows_of[i]);
+        }
+        for (int i = 0; i < n_seq; i++) {
+            const int32_t f = first[i];
+            gpu->attention(gpu, &kg, LAYER, &seqs[i], dq + (int64_t)f * qd, pos + f, rows_of[i],
+                           &shape, dout + (int64_t)f * qd);
+        }
+        if (gemv) gpu->matmul(gpu, pw, NULL, dout, n_rows, dm);
+        back(a, dout, (int64_t)n_rows * qd);
+        CHECK_REL(a, b, (int64_t)n_rows * qd, 1e-5);
+        for (int side = 0; side < 2; side++) {
+            gpu->read(gpu, cache, side ? kg.v : kg.k, kv_bytes);
+            CHECK(memcmp(cache, side ? kc.v : kc.k, kv_bytes) == 0);
+        }
+        if (gemv) {
+            float got[8 * N_OUT], want[8 * N_OUT];
+            round_like_gemv(a, (int64_t)n_rows * qd, a);
+            matmul_ref(&w.t, NULL, a, n_rows, want);
+            back(got, dm, (int64_t)n_rows * N_OUT);
+            CHECK_REL(got, want, (int64_t)n_rows * N_OUT, 1e-5);
+        }
+    }
+    if (gemv) {
+        gpu->free(gpu, dm);
+        gpu->weight_release(gpu, pw);
+    }
+    float *bufs[] = {dsk, dsv, dq, dout};
+    for (size_t i = 0; i < HX_COUNTOF(bufs); i++) gpu->free(gpu, bufs[i]);
+    float *hbufs[] = {sk, sv, q, a, b};
+    for (size_t i = 0; i < HX_COUNTOF(hbufs); i++) hx_free(hbufs[i]);
+    hx_free(cache);
+    cpu->kv_free(cpu, &kc);
+    gpu->kv_free(gpu, &kg);
+    return 0;
+}
+
+static int test_attention_joined(void)
+{
+    NEED_GPU();
+    static int32_t ones[70];
+    for (int i = 0; i < 70; i++) ones[i] = i % 9 == 4 ? 2 : 1; /* 70 sequences, 77 rows */
+    const int32_t three[3] = {3, 1, 4};
+    return attention_joined_case(70, ones, 0, false) ||
+           attention_joined_case(3, three, 24, true);
+}
+
 static int test_attention(void)
 {
     NEED_GPU();
@@ -1088,6 +1217,7 @@ static int skip_no_cuda(void)
 #define test_row_ops         skip_no_cuda
 #define test_rmsnorm_widths  skip_no_cuda
 #define test_attention       skip_no_cuda
+#define test_attention_joined skip_no_cuda
 #define test_kv_dtype_refused skip_no_cuda
 #define test_sample          skip_no_cuda
 #define test_replay_new_inputs skip_no_cuda
@@ -1126,6 +1256,7 @@ static const check_case cases[] = {
     { "row_ops", test_row_ops },
     { "rmsnorm_widths", test_rmsnorm_widths },
     { "attention", test_attention },
+    { "attention_joined", test_attention_joined },
     { "replay_new_inputs", test_replay_new_inputs },
     { "sample", test_sample },
     { "kv_dtype_refused", test_kv_dtype_refused },

@@ -14,6 +14,11 @@
  * waits first. An array equal to one staged since the last restart (a step's positions, passed
  * to every layer) is staged once.
  *
+ * Decode's cache writes and attention are recorded per sequence (llama.c: every sequence's
+ * writes, then every sequence's attention); the op of each next sequence joins the launch of the
+ * one before, each row with its own block table (hx_cuda_rows), so a step of 64 streams is one
+ * launch of each a layer rather than 64.
+ *
  * Matmuls: up to HX_CUDA_GEMV_ROWS rows (decode) run the fused-dequant GEMV, one pass over the
  * weight. More rows (prefill, large batches) dequantize the weight to f16 in chunks of rows and
  * multiply on the tensor cores through cuBLAS (f16 inputs, f32 accumulation and output).
@@ -38,7 +43,7 @@
 #include "backend/moe_route.h"
 
 #define ARENA_BYTES  ((size_t)8 << 20)  /* staged host arrays between two reads */
-#define RECENT       32                 /* staged arrays remembered for reuse */
+#define RECENT       1024               /* slots of the staged arrays remembered (a power of 2) */
 #define HALF_W_ELEMS ((int64_t)32 << 20) /* f16 elements of one dequantized weight chunk */
 #define MAX_GRAPHS   16                 /* captured steps kept (least recently used goes) */
 #define SEEN         64                 /* signatures remembered until their second run */
@@ -88,7 +93,7 @@ struct cuda_impl {
     cublasHandle_t handle;
     unsigned char *arena_h, *arena_d; /* pinned host staging and its device twin */
     size_t         arena_used;
-    staged         recent[RECENT];
+    staged         recent[RECENT];    /* by source address (stage_slot); src NULL: free */
     int            n_recent;
     cache_ent     *cache;             /* uploaded tensors, unsorted (a few hundred) */
     size_t         n_cache, cap_cache;
@@ -328,20 +333,37 @@ static void run_stage(cuda_impl *c, const void *p)
                        cudaMemcpyHostToDevice, c->stream));
 }
 
+/* Forgets every staged array (the arena restarts, or the table is half full). */
+static void forget_staged(cuda_impl *c)
+{
+    if (c->n_recent == 0) return;
+    memset(c->recent, 0, sizeof c->recent);
+    c->n_recent = 0;
+}
+
+/* The slot of src in the table of staged arrays: where it is, or the free one it would take.
+ * A step stages each sequence's block table and positions once and finds them again for every
+ * layer's ops, so the table is looked up some thousands of times a step: hashed. */
+static staged *stage_slot(cuda_impl *c, const void *src)
+{
+    uint64_t h = (uint64_t)(uintptr_t)src * 0x9e3779b97f4a7c15ull;
+    for (size_t i = (size_t)(h >> 40) & (RECENT - 1);; i = (i + 1) & (RECENT - 1))
+        if (c->recent[i].src == src || !c->recent[i].src) return &c->recent[i];
+}
+
 /* The device address of a copy of bytes of src, zero-padded to `padded` bytes. */
 static const void *stage(cuda_impl *c, const void *src, size_t bytes, size_t padded)
 {
-    for (int i = 0; i < c->n_recent; i++)
-        if (c->recent[i].src == src && c->recent[i].bytes == bytes &&
-            c->recent[i].padded == padded &&
-            memcmp(c->arena_h + c->recent[i].off, src, bytes) == 0)
-            return c->arena_d + c->recent[i].off;
+    staged *e = stage_slot(c, src);
+    if (e->src == src && e->bytes == bytes && e->padded == padded &&
+        memcmp(c->arena_h + e->off, src, bytes) == 0)
+        return c->arena_d + e->off;
     HX_ASSERT(bytes <= padded && padded <= ARENA_BYTES);
     if (c->arena_used + padded > ARENA_BYTES) { /* staged bytes may still be unread: run them */
         flush(c);
         CK(cudaStreamSynchronize(c->stream));
         c->arena_used = 0;
-        c->n_recent = 0;
+        forget_staged(c);
     }
     const size_t off = c->arena_used;
     memcpy(c->arena_h + off, src, bytes);
@@ -352,8 +374,10 @@ static const void *stage(cuda_impl *c, const void *src, size_t bytes, size_t pad
     a.bytes = padded;
     record(c, "stage", run_stage, &a, sizeof a);
     c->arena_used = (off + padded + 15) & ~(size_t)15;
-    if (c->n_recent == RECENT) c->n_recent = 0; /* forget the oldest generation wholesale */
-    c->recent[c->n_recent++] = (staged){src, bytes, padded, off};
+    if (c->n_recent >= RECENT / 2) forget_staged(c); /* wholesale, keeping probes short */
+    e = stage_slot(c, src);
+    if (!e->src) c->n_recent++;
+    *e = (staged){src, bytes, padded, off};
     return c->arena_d + off;
 }
 
@@ -701,7 +725,7 @@ static void cuda_read(hx_backend *be, void *dst, const void *src, size_t n)
         c->last_read = t2;
     }
     c->arena_used = 0; /* everything staged has been consumed */
-    c->n_recent = 0;
+    forget_staged(c);
     op_done(c, "read");
 }
 
@@ -883,6 +907,10 @@ typedef struct {
     int64_t        n_tok;
     int32_t        layer, n_head, window, splits;
     float          scale, softcap;
+    /* Decode rows (up to HX_CUDA_GEMV_ROWS of a sequence): each row's table and position, so
+     * that the same op of the next sequences joins this launch (kernels.h) */
+    bool           use_rows;
+    hx_cuda_rows   rows;
 } attn_args;
 
 /* The fields cache writes and attention share: the store, the layer, the sequence's staged
@@ -898,18 +926,49 @@ static void attn_common(cuda_impl *c, attn_args *a, const hx_kv_store *kv, int32
     a->n_tok = n_tok;
 }
 
+/* Takes a's rows (its sequence's table, its staged positions) as rows at..at + n_tok of dst. */
+static void put_rows(hx_cuda_rows *dst, int64_t at, const attn_args *a)
+{
+    HX_ASSERT(at + a->n_tok <= HX_CUDA_DEC_ROWS);
+    for (int64_t t = 0; t < a->n_tok; t++) {
+        dst->tab[at + t] = a->blocks;
+        dst->pos[at + t] = a->pos + t;
+    }
+}
+
+static void *last_op(cuda_impl *c, op_fn fn);
+static void *join_last(cuda_impl *c, op_fn fn);
+
+/* The same op of the sequence before in a step's loop (llama.c: every sequence's cache write,
+ * then every sequence's attention), when it is the log's last op, takes rows and its rows
+ * follow: rows the launch holds in one block of k, v, q and out each, as llama.c lays them. */
+static attn_args *rows_before(cuda_impl *c, op_fn fn, const attn_args *a)
+{
+    attn_args *p = last_op(c, fn);
+    return p && p->use_rows && p->n_tok + a->n_tok <= HX_CUDA_DEC_ROWS &&
+                   p->kv.k == a->kv.k && p->kv.v == a->kv.v && p->layer == a->layer
+               ? p
+               : NULL;
+}
+
 static void run_kv_write(cuda_impl *c, const void *p)
 {
     const attn_args *a = p;
-    hx_cuda_kv_write(&a->kv, a->layer, a->blocks, a->pos, a->k, a->v, a->n_tok, c->stream);
+    if (a->use_rows)
+        hx_cuda_kv_write_rows(&a->kv, a->layer, &a->rows, a->k, a->v, a->n_tok, c->stream);
+    else hx_cuda_kv_write(&a->kv, a->layer, a->blocks, a->pos, a->k, a->v, a->n_tok, c->stream);
 }
 
 static void run_attention(cuda_impl *c, const void *p)
 {
     const attn_args *a = p;
-    hx_cuda_attention(&a->kv, a->layer, a->blocks, a->q, a->pos, a->n_tok, a->n_head, a->scale,
-                      a->window, a->softcap, a->scratch, a->out, a->xq, a->xd, a->splits,
-                      c->stream);
+    if (a->use_rows)
+        hx_cuda_attention_rows(&a->kv, a->layer, &a->rows, a->q, a->n_tok, a->n_head, a->scale,
+                               a->window, a->softcap, a->scratch, a->out, a->xq, a->xd,
+                               a->splits, c->stream);
+    else hx_cuda_attention(&a->kv, a->layer, a->blocks, a->q, a->pos, a->n_tok, a->n_head,
+                           a->scale, a->window, a->softcap, a->scratch, a->out, a->xq, a->xd,
+                           a->splits, c->stream);
 }
 
 static void cuda_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
@@ -919,12 +978,25 @@ static void cuda_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
     cuda_impl *c = cx(be);
     HX_ASSERT(s->n_kv_head == kv->n_kv_head && s->d_head == kv->d_head &&
               s->n_head % s->n_kv_head == 0);
-    const int64_t need = hx_cuda_attention_scratch(n_tok, s->n_head, s->d_head);
-    hx_err err = {0};
-    if (ensure_half(c, &c->att_scratch, &c->att_scratch_elems, 2 * need, &err) != HX_OK)
-        cuda_die("attention scratch", err.msg, __FILE__, __LINE__);
     attn_args a;
     attn_common(c, &a, kv, layer, seq, pos, n_tok);
+    a.use_rows = n_tok <= HX_CUDA_GEMV_ROWS &&
+                 hx_cuda_attention_rows_ok(n_tok, s->n_head, s->d_head);
+    const int64_t row = (int64_t)s->n_head * s->d_head;
+    const attn_args *p = a.use_rows ? rows_before(c, run_attention, &a) : NULL;
+    if (p && !(p->q + p->n_tok * row == q && p->out + p->n_tok * row == out && !p->xq &&
+               p->n_head == s->n_head && p->scale == s->scale &&
+               p->window == s->sliding_window && p->softcap == s->softcap &&
+               hx_cuda_attention_rows_ok(p->n_tok + n_tok, s->n_head, s->d_head)))
+        p = NULL;
+    const int64_t rows = n_tok + (p ? p->n_tok : 0);
+    const int64_t need = a.use_rows ? hx_cuda_attention_rows_scratch(rows, s->n_head, s->d_head)
+                                    : hx_cuda_attention_scratch(n_tok, s->n_head, s->d_head);
+    hx_err err = {0};
+    const int64_t had = c->att_scratch_elems;
+    if (ensure_half(c, &c->att_scratch, &c->att_scratch_elems, 2 * need, &err) != HX_OK)
+        cuda_die("attention scratch", err.msg, __FILE__, __LINE__);
+    if (c->att_scratch_elems != had) p = NULL; /* growing ran the log: nothing to join */
     a.q = q;
     a.out = out;
     a.scratch = c->att_scratch;
@@ -939,6 +1011,14 @@ static void cuda_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
         if (k > keys) keys = k;
     }
     a.splits = hx_cuda_attention_splits(keys);
+    attn_args *j = p ? join_last(c, run_attention) : NULL;
+    if (j) { /* the sequence before's attention takes these rows */
+        put_rows(&j->rows, j->n_tok, &a);
+        j->n_tok += n_tok;
+        if (a.splits > j->splits) j->splits = a.splits;
+        return;
+    }
+    if (a.use_rows) put_rows(&a.rows, 0, &a);
     record(c, "attention", run_attention, &a, sizeof a);
 }
 
@@ -1083,8 +1163,7 @@ static void gemv_input(cuda_impl *c, mat_args *a)
         }
         /* decode attention rounds as it merges its partial states (kernels.h) */
         if (last->fn == run_attention && t->out == a->x && t->kv.d_head % 32 == 0 &&
-            t->n_tok * t->n_head * t->kv.d_head == n &&
-            hx_cuda_attention_scratch(t->n_tok, t->n_head, t->kv.d_head) > 0) {
+            t->n_tok * t->n_head * t->kv.d_head == n && t->use_rows) {
             t->xq = a->xq;
             t->xd = a->xd;
             return;
@@ -1262,6 +1341,15 @@ static void cuda_kv_write(hx_backend *be, hx_kv_store *kv, int32_t layer, const 
         p->v2 = v;
         return;
     }
+    a.use_rows = n_tok <= HX_CUDA_GEMV_ROWS;
+    attn_args *j = a.use_rows ? rows_before(c, run_kv_write, &a) : NULL;
+    if (j && j->k + j->n_tok * kv->kv_dim == k && j->v + j->n_tok * kv->kv_dim == v) {
+        c->xq_of = NULL; /* as record() would */
+        put_rows(&j->rows, j->n_tok, &a);
+        j->n_tok += n_tok;
+        return;
+    }
+    if (a.use_rows) put_rows(&a.rows, 0, &a);
     record(c, "kv_write", run_kv_write, &a, sizeof a);
 }
 

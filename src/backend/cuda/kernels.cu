@@ -1237,6 +1237,21 @@ __global__ void kv_write_kernel(hx_cuda_kv kv, int32_t layer, const int32_t *blo
     kv_store(kv, kv.v, layer, blocks, pos[i / kvd], h, c, v[i]);
 }
 
+// kv_write_kernel for rows of several sequences (hx_cuda_rows).
+__global__ void kv_write_rows_kernel(hx_cuda_kv kv, int32_t layer,
+                                     const __grid_constant__ hx_cuda_rows rows, const float *k,
+                                     const float *v, int64_t n_total)
+{
+    after_prior();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_total) return;
+    const int32_t kvd = kv.n_kv_head * kv.d_head;
+    const int32_t e = (int32_t)(i % kvd), h = e / kv.d_head, c = e % kv.d_head;
+    const int64_t t = i / kvd;
+    kv_store(kv, kv.k, layer, rows.tab[t], *rows.pos[t], h, c, k[i]);
+    kv_store(kv, kv.v, layer, rows.tab[t], *rows.pos[t], h, c, v[i]);
+}
+
 constexpr int ATT_WARPS = 4;
 constexpr int ATT_MAX_D = 256;
 
@@ -1267,8 +1282,7 @@ struct att_row {
 };
 
 __device__ __forceinline__ att_row att_begin(const hx_cuda_kv &kv, const float *__restrict__ q,
-                                             const int32_t *__restrict__ pos, int32_t n_head,
-                                             int32_t window, float *qs)
+                                             int32_t n_head, float *qs)
 {
     att_row a;
     a.r = blockIdx.x;
@@ -1277,9 +1291,14 @@ __device__ __forceinline__ att_row att_begin(const hx_cuda_kv &kv, const float *
     a.kvh = a.h / (n_head / kv.n_kv_head);
     for (int i = threadIdx.x; i < kv.d_head; i += blockDim.x) qs[i] = q[a.r * kv.d_head + i];
     __syncthreads();
-    a.last = pos[a.t];
-    a.first = window > 0 && a.last - window + 1 > 0 ? a.last - window + 1 : 0;
     return a;
+}
+
+// The keys row a sees: up to its position `last`, from last - window + 1 when window > 0.
+__device__ __forceinline__ void att_keys(att_row *a, int32_t last, int32_t window)
+{
+    a->last = last;
+    a->first = window > 0 && last - window + 1 > 0 ? last - window + 1 : 0;
 }
 
 // One block of ATT_WARPS warps per (row, head); warp w takes chunks w, w + ATT_WARPS, ... of 32
@@ -1301,7 +1320,8 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
     __shared__ float part_m[ATT_WARPS], part_l[ATT_WARPS];
     const int wid = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int32_t d = kv.d_head, bt = kv.block_tokens;
-    const att_row ar = att_begin(kv, q, pos, n_head, window, qs);
+    att_row ar = att_begin(kv, q, n_head, qs);
+    att_keys(&ar, pos[ar.t], window);
     const int32_t kvh = ar.kvh, first = ar.first, last = ar.last;
     float acc[PER];
 #pragma unroll
@@ -1386,9 +1406,9 @@ constexpr int DEC_V_BATCH = 16; // V rows a warp has in flight (divides 32)
 // NV: groups of 4 dimensions a lane takes of a V row (1 for heads of up to 128, else 2).
 template <int NV>
 __global__ void __launch_bounds__(32 * ATT_WARPS)
-    decode_split_kernel(hx_cuda_kv kv, int32_t layer, const int32_t *__restrict__ blocks,
-                        const float *__restrict__ q, const int32_t *__restrict__ pos,
-                        int32_t n_head, float scale, int32_t window, float softcap,
+    decode_split_kernel(hx_cuda_kv kv, int32_t layer, const __grid_constant__ hx_cuda_rows rows,
+                        const float *__restrict__ q, int32_t n_head, float scale, int32_t window,
+                        float softcap,
                         float *__restrict__ part_out, unsigned *__restrict__ count,
                         float *__restrict__ out, int8_t *__restrict__ xq, float *__restrict__ xd)
 {
@@ -1399,7 +1419,9 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
     __shared__ float part_m[ATT_WARPS], part_l[ATT_WARPS];
     const int wid = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int32_t d = kv.d_head, bt = kv.block_tokens;
-    const att_row ar = att_begin(kv, q, pos, n_head, window, qs);
+    att_row ar = att_begin(kv, q, n_head, qs);
+    att_keys(&ar, *rows.pos[ar.t], window);
+    const int32_t *__restrict__ blocks = rows.tab[ar.t]; // the row's sequence's block table
     const int32_t kvh = ar.kvh, first = ar.first, last = ar.last;
     float acc[NV][4];
 #pragma unroll
@@ -2135,17 +2157,48 @@ void hx_cuda_kv_write(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks
     launch(kv_write_kernel, blocks_for(n), THREADS, 0, s, *kv, layer, blocks, pos, k, v, n);
 }
 
+void hx_cuda_kv_write_rows(const hx_cuda_kv *kv, int32_t layer, const hx_cuda_rows *rows,
+                           const float *k, const float *v, int64_t n_tok, hx_cuda_stream s)
+{
+    const int64_t n = n_tok * kv->n_kv_head * kv->d_head;
+    launch(kv_write_rows_kernel, blocks_for(n), THREADS, 0, s, *kv, layer, *rows, k, v, n);
+}
+
+int hx_cuda_attention_rows_ok(int64_t n_tok, int32_t n_head, int32_t d_head)
+{
+    return n_tok >= 1 && n_tok <= HX_CUDA_DEC_ROWS && n_tok * n_head <= DEC_COUNTERS &&
+           d_head % 8 == 0 && d_head <= ATT_MAX_D;
+}
+
 static bool decode_split(int64_t n_tok, int32_t n_head, int32_t d_head)
 {
-    return n_tok <= HX_CUDA_GEMV_ROWS && n_tok * n_head <= DEC_COUNTERS && d_head % 8 == 0 &&
-           d_head <= ATT_MAX_D;
+    return n_tok <= HX_CUDA_GEMV_ROWS && hx_cuda_attention_rows_ok(n_tok, n_head, d_head);
+}
+
+int64_t hx_cuda_attention_rows_scratch(int64_t n_tok, int32_t n_head, int32_t d_head)
+{
+    return hx_cuda_attention_rows_ok(n_tok, n_head, d_head)
+               ? DEC_COUNTERS + n_tok * n_head * DEC_SPLITS * (int64_t)(d_head + 2)
+               : 0;
 }
 
 int64_t hx_cuda_attention_scratch(int64_t n_tok, int32_t n_head, int32_t d_head)
 {
     return decode_split(n_tok, n_head, d_head)
-               ? DEC_COUNTERS + n_tok * n_head * DEC_SPLITS * (int64_t)(d_head + 2)
+               ? hx_cuda_attention_rows_scratch(n_tok, n_head, d_head)
                : 0;
+}
+
+void hx_cuda_attention_rows(const hx_cuda_kv *kv, int32_t layer, const hx_cuda_rows *rows,
+                            const float *q, int64_t n_tok, int32_t n_head, float scale,
+                            int32_t window, float softcap, float *scratch, float *out,
+                            int8_t *xq, float *xd, int32_t splits, hx_cuda_stream s)
+{
+    const dim3 grid((unsigned)(n_tok * n_head),
+                    splits > 0 && splits < DEC_SPLITS ? splits : DEC_SPLITS);
+    launch(kv->d_head <= 128 ? decode_split_kernel<1> : decode_split_kernel<2>, grid,
+           32 * ATT_WARPS, 0, s, *kv, layer, *rows, q, n_head, scale, window, softcap,
+           scratch + DEC_COUNTERS, (unsigned *)scratch, out, xq, xd);
 }
 
 void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,
@@ -2162,12 +2215,14 @@ void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *block
                            s);
         return;
     }
-    if (decode_split(n_tok, n_head, kv->d_head)) {
-        const dim3 grid((unsigned)(n_tok * n_head), splits > 0 && splits < DEC_SPLITS ? splits
-                                                                                   : DEC_SPLITS);
-        launch(kv->d_head <= 128 ? decode_split_kernel<1> : decode_split_kernel<2>, grid,
-               32 * ATT_WARPS, 0, s, *kv, layer, blocks, q, pos, n_head, scale, window, softcap,
-               scratch + DEC_COUNTERS, (unsigned *)scratch, out, xq, xd);
+    if (decode_split(n_tok, n_head, kv->d_head)) { // the rows of one sequence
+        hx_cuda_rows rows;
+        for (int64_t t = 0; t < n_tok; t++) {
+            rows.tab[t] = blocks;
+            rows.pos[t] = pos + t;
+        }
+        hx_cuda_attention_rows(kv, layer, &rows, q, n_tok, n_head, scale, window, softcap,
+                               scratch, out, xq, xd, splits, s);
         return;
     }
     launch(attention_kernel, (unsigned)(n_tok * n_head), 32 * ATT_WARPS, 0, s, *kv, layer,

@@ -98,6 +98,16 @@ void hx_cuda_rope(float *x, int32_t n_head, float *x2, int32_t n_head2, const in
 void hx_cuda_kv_write(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,
                       const int32_t *pos, const float *k, const float *v, int64_t n_tok,
                       hx_cuda_stream s);
+/* Decode rows of several sequences in one launch: row t's sequence's block table is tab[t] and
+ * its position *pos[t] (device memory), so that a step of many streams writes their caches in
+ * one launch and attends in another, not one of each per sequence. */
+#define HX_CUDA_DEC_ROWS 64
+typedef struct {
+    const int32_t *tab[HX_CUDA_DEC_ROWS];
+    const int32_t *pos[HX_CUDA_DEC_ROWS];
+} hx_cuda_rows;
+void hx_cuda_kv_write_rows(const hx_cuda_kv *kv, int32_t layer, const hx_cuda_rows *rows,
+                           const float *k, const float *v, int64_t n_tok, hx_cuda_stream s);
 /* Causal attention of n_tok rows of q [n_tok, n_head, d_head] over the sequence's cache
  * (row t sees positions up to pos[t], from pos[t] - window + 1 when window > 0). From
  * HX_CUDA_FLASH_ROWS rows with d_head 64 or 128 it runs on the tensor cores (q, and the
@@ -110,6 +120,14 @@ void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *block
 /* Blocks a decode row's context is split over when it attends n_keys keys at most (the
  * `splits` hx_cuda_attention takes: launching only those saves the rest starting to exit). */
 int32_t hx_cuda_attention_splits(int64_t n_keys);
+/* hx_cuda_attention of n_tok <= HX_CUDA_DEC_ROWS decode rows given as hx_cuda_rows (the split
+ * kernel, whatever the row count), when hx_cuda_attention_rows_ok; scratch as below. */
+int hx_cuda_attention_rows_ok(int64_t n_tok, int32_t n_head, int32_t d_head);
+int64_t hx_cuda_attention_rows_scratch(int64_t n_tok, int32_t n_head, int32_t d_head);
+void hx_cuda_attention_rows(const hx_cuda_kv *kv, int32_t layer, const hx_cuda_rows *rows,
+                            const float *q, int64_t n_tok, int32_t n_head, float scale,
+                            int32_t window, float softcap, float *scratch, float *out,
+                            int8_t *xq, float *xd, int32_t splits, hx_cuda_stream s);
 /* With xq (NULL: not), decode rows (when hx_cuda_attention_scratch > 0) with d_head a multiple of
  * 32 also write their output rounded as hx_cuda_quantize_x would, like rmsnorm below.
  * Floats of device scratch hx_cuda_attention needs for these rows (decode, up to
