@@ -18,6 +18,9 @@
 #include "base/alloc.h"
 #include "kv/prefix_cache.h"
 
+#define MAX_BATCH 64 /* sequences a step holds (its fixed arrays); at most HX_LLM_LOGIT_ROWS */
+_Static_assert(MAX_BATCH <= HX_LLM_LOGIT_ROWS, "a step's logit rows are one pass of the model's");
+
 struct hx_job {
     hx_executor   *ex;
     hx_completion *c;
@@ -64,8 +67,8 @@ struct hx_executor {
     int32_t          *ids, *pos, *seq, *logit_rows;
     hx_kv_seq        *kvs, *kvs_swa;
     float            *logits;  /* [n_batch, n_vocab] */
-    hx_sample_row     draws[64]; /* per logit row: drawn by the backend when top_k > 0 */
-    hx_sample_out     drawn[64];
+    hx_sample_row     draws[MAX_BATCH]; /* per logit row: drawn by the backend when top_k > 0 */
+    hx_sample_out     drawn[MAX_BATCH];
 };
 
 /* ---- completions and events ---- */
@@ -342,7 +345,7 @@ static void step(hx_executor *ex)
             order[b] = order[b - 1], order[b - 1] = t;
         }
     int32_t n_rows = 0, n_seqs = 0, n_logits = 0;
-    slot *in_batch[64];
+    slot *in_batch[MAX_BATCH];
     for (int pass = 0; pass < 2; pass++)
         for (int32_t i = 0; i < n_order && n_rows < budget; i++) {
             slot *sl = order[i];
@@ -520,7 +523,7 @@ hx_status hx_executor_open(hx_llm *m, const hx_tokenizer *tok, const hx_executor
     ex->m = m;
     ex->p = *p;
     if (ex->p.n_batch <= 0) ex->p.n_batch = 8;
-    if (ex->p.n_batch > 64) ex->p.n_batch = 64; /* the step's fixed arrays */
+    if (ex->p.n_batch > MAX_BATCH) ex->p.n_batch = MAX_BATCH;
     if (ex->p.step_tokens <= 0 || ex->p.step_tokens > m->max_tok) ex->p.step_tokens = (int32_t)m->max_tok;
     const hx_hparams *hp = &m->hp;
     const int32_t ctx_blocks = (p->n_ctx + 15) / 16;

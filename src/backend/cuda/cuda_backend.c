@@ -37,6 +37,7 @@
 
 #include "base/alloc.h"
 #include "base/cpu.h"
+#include "base/f16.h"
 #include "base/threadpool.h"
 #include "backend/cuda/blas.h"
 #include "backend/cuda/kernels.h"
@@ -424,10 +425,9 @@ static bool bf16_fits_f16(uint16_t h)
     return (e == 0 && (h & 0x7F) == 0) || (e >= 113 && e <= 142);
 }
 
-static uint16_t bf16_as_f16(uint16_t h) /* h: bf16_fits_f16 */
+static uint16_t bf16_as_f16(uint16_t h) /* h: bf16_fits_f16, so exact */
 {
-    const int e = (h >> 7) & 0xFF;
-    return (uint16_t)((h & 0x8000) | (e == 0 ? 0 : (e - 112) << 10 | (h & 0x7F) << 3));
+    return hx_f32_to_f16(hx_bf16_to_f32(h));
 }
 
 /* MLX 4-bit is Q4_1 with each group's scale and bias repeated for every 32 values of it (value
@@ -990,8 +990,9 @@ static void cuda_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
                hx_cuda_attention_rows_ok(p->n_tok + n_tok, s->n_head, s->d_head)))
         p = NULL;
     const int64_t rows = n_tok + (p ? p->n_tok : 0);
+    /* (only decode rows take the split kernel and its scratch) */
     const int64_t need = a.use_rows ? hx_cuda_attention_rows_scratch(rows, s->n_head, s->d_head)
-                                    : hx_cuda_attention_scratch(n_tok, s->n_head, s->d_head);
+                                    : 0;
     hx_err err = {0};
     const int64_t had = c->att_scratch_elems;
     if (ensure_half(c, &c->att_scratch, &c->att_scratch_elems, 2 * need, &err) != HX_OK)
@@ -1540,6 +1541,8 @@ static void cuda_softcap(hx_backend *be, float *x, float cap, int64_t n)
 /* ---- sampling ---- */
 
 #define SAMPLE_ROWS  64 /* rows one launch draws */
+_Static_assert(HX_CUDA_DRAW_TOP_K == HX_SAMPLE_TOP_K && HX_CUDA_DRAW_N_TOP == HX_SAMPLE_N_TOP,
+               "the kernels draw what backend.h promises");
 #define EDITS_PAD    64 /* edits are staged in multiples of this (a stable step signature) */
 
 typedef struct {
