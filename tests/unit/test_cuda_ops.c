@@ -18,8 +18,10 @@
  *
  * Without a GPU (or in a build without CUDA) every case prints "skip:" and passes: CI has no
  * GPU; the cases run on the lent H200 (docs/performance.md says how). */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
@@ -562,31 +564,32 @@ static int test_moe(void)
  * input (q, k, v; the first with a bias), a residual add right after a GEMV (the GEMV adds as
  * it writes), the rope of k right after that of q (a partial rotation), and the cache write of
  * those rows of K and V right after (the rope stores them). Three steps: eager, captured,
- * replayed (the residual accumulates across them). Weights of format `fmt` (k of 2 calls). */
-static int joined_launches_of(hx_dtype fmt, int call)
+ * replayed (the residual accumulates across them). Weights of format `fmt`, `rows` rows (at most
+ * 5); `call` numbers the calls (each keeps its weights). */
+static int joined_launches_of(hx_dtype fmt, int call, int rows)
 {
     hx_err err = {0};
-    enum { N_IN = 256, ROWS = 5, H = 4, KH = 2, DH = 64 };
+    enum { N_IN = 512, ROWS = 5, H = 4, KH = 2, DH = 64 };
     const int64_t n_out[3] = {H * DH, KH * DH, KH * DH};
-    static weight wss[2][3];
+    static weight wss[8][3];
     weight *ws = wss[call];
     const hx_tensor *pw[3];
     for (int k = 0; k < 3; k++) {
         if (weight_make(&ws[k], fmt, n_out[k], N_IN)) return 1;
         CHECK((pw[k] = gpu->weight(gpu, &ws[k].t, &err)) != NULL);
     }
-    static float bias_vs[2][H * DH]; /* apart: the backend keeps a copy per host address */
+    static float bias_vs[8][H * DH]; /* apart: the backend keeps a copy per host address */
     float *bias_v = bias_vs[call];
     fill(bias_v, H * DH, -1, 1);
     const hx_tensor bias = {.dtype = HX_DT_F32, .n_dims = 1, .shape = {H * DH}, .data = bias_v,
                             .n_bytes = sizeof bias_vs[call]};
     static float x[ROWS * N_IN], xr[ROWS * N_IN], res0[ROWS * KH * DH], res[ROWS * KH * DH];
     static float got[ROWS * H * DH], want[3][ROWS * H * DH], q[ROWS * H * DH], kk[ROWS * KH * DH];
-    fill(x, ROWS * N_IN, -1, 1);
-    fill(res0, ROWS * KH * DH, -1, 1);
+    fill(x, rows * N_IN, -1, 1);
+    fill(res0, rows * KH * DH, -1, 1);
     memcpy(xr, x, sizeof xr);
-    round_like_gemv(xr, ROWS * N_IN, xr);
-    for (int k = 0; k < 3; k++) matmul_ref(&ws[k].t, k == 0 ? bias_v : NULL, xr, ROWS, want[k]);
+    round_like_gemv(xr, rows * N_IN, xr);
+    for (int k = 0; k < 3; k++) matmul_ref(&ws[k].t, k == 0 ? bias_v : NULL, xr, rows, want[k]);
     float inv_freq[DH / 2];
     for (int i = 0; i < DH / 2; i++) inv_freq[i] = powf(10000.0f, -2.0f * i / DH);
     const hx_rope rope = {inv_freq, DH / 2, 1.0f, false};
@@ -601,35 +604,35 @@ static int joined_launches_of(hx_dtype fmt, int call)
     const size_t kv_bytes = (size_t)6 * 2 * 16 * KH * DH * 2;
     uint16_t *cache = hx_alloc(kv_bytes);
     static float vv[ROWS * KH * DH];
-    float *dx = dev(x, ROWS * N_IN), *dres = dev(res0, ROWS * KH * DH), *d[3];
-    for (int k = 0; k < 3; k++) d[k] = dev(NULL, ROWS * n_out[k]);
+    float *dx = dev(x, rows * N_IN), *dres = dev(res0, rows * KH * DH), *d[3];
+    for (int k = 0; k < 3; k++) d[k] = dev(NULL, rows * n_out[k]);
     memcpy(res, res0, sizeof res);
     for (int step = 0; step < 3; step++) {
-        gpu->matmul(gpu, pw[0], &bias, dx, ROWS, d[0]);
-        gpu->matmul(gpu, pw[1], NULL, dx, ROWS, d[1]);
-        gpu->matmul(gpu, pw[2], NULL, dx, ROWS, d[2]);
-        gpu->add(gpu, dres, d[2], ROWS * KH * DH);
+        gpu->matmul(gpu, pw[0], &bias, dx, rows, d[0]);
+        gpu->matmul(gpu, pw[1], NULL, dx, rows, d[1]);
+        gpu->matmul(gpu, pw[2], NULL, dx, rows, d[2]);
+        gpu->add(gpu, dres, d[2], rows * KH * DH);
         for (int k = 0; k < 3; k++) {
-            back(got, d[k], ROWS * n_out[k]);
-            CHECK_REL(got, want[k], ROWS * n_out[k], 1e-5);
+            back(got, d[k], rows * n_out[k]);
+            CHECK_REL(got, want[k], rows * n_out[k], 1e-5);
         }
-        for (int64_t i = 0; i < ROWS * KH * DH; i++) res[i] += want[2][i];
-        back(got, dres, ROWS * KH * DH);
-        CHECK_REL(got, res, ROWS * KH * DH, 1e-5);
+        for (int64_t i = 0; i < rows * KH * DH; i++) res[i] += want[2][i];
+        back(got, dres, rows * KH * DH);
+        CHECK_REL(got, res, rows * KH * DH, 1e-5);
         /* rope of q (d[0]) then k (d[1]), against the CPU on what the GEMVs wrote */
-        back(q, d[0], ROWS * H * DH);
-        back(kk, d[1], ROWS * KH * DH);
-        back(vv, d[2], ROWS * KH * DH);
-        gpu->rope(gpu, d[0], pos, ROWS, H, DH, &rope);
-        gpu->rope(gpu, d[1], pos, ROWS, KH, DH, &rope);
-        gpu->kv_write(gpu, &kg, 1, &seq, pos, d[1], d[2], ROWS);
-        cpu->rope(cpu, q, pos, ROWS, H, DH, &rope);
-        cpu->rope(cpu, kk, pos, ROWS, KH, DH, &rope);
-        cpu->kv_write(cpu, &kc, 1, &seq, pos, kk, vv, ROWS);
-        back(got, d[0], ROWS * H * DH);
-        CHECK_REL(got, q, ROWS * H * DH, 1e-5);
-        back(got, d[1], ROWS * KH * DH);
-        CHECK_REL(got, kk, ROWS * KH * DH, 1e-5);
+        back(q, d[0], rows * H * DH);
+        back(kk, d[1], rows * KH * DH);
+        back(vv, d[2], rows * KH * DH);
+        gpu->rope(gpu, d[0], pos, rows, H, DH, &rope);
+        gpu->rope(gpu, d[1], pos, rows, KH, DH, &rope);
+        gpu->kv_write(gpu, &kg, 1, &seq, pos, d[1], d[2], rows);
+        cpu->rope(cpu, q, pos, rows, H, DH, &rope);
+        cpu->rope(cpu, kk, pos, rows, KH, DH, &rope);
+        cpu->kv_write(cpu, &kc, 1, &seq, pos, kk, vv, rows);
+        back(got, d[0], rows * H * DH);
+        CHECK_REL(got, q, rows * H * DH, 1e-5);
+        back(got, d[1], rows * KH * DH);
+        CHECK_REL(got, kk, rows * KH * DH, 1e-5);
         /* the caches: V bit for bit; K to one f16 step (its rotation differs by ~1e-7) */
         for (int side = 0; side < 2; side++) {
             gpu->read(gpu, cache, side ? kg.v : kg.k, kv_bytes);
@@ -658,7 +661,34 @@ static int joined_launches_of(hx_dtype fmt, int call)
 static int test_joined_launches(void)
 {
     NEED_GPU();
-    return joined_launches_of(HX_DT_MLX4, 0) || joined_launches_of(HX_DT_Q4_K, 1);
+    return joined_launches_of(HX_DT_MLX4, 0, 5) || joined_launches_of(HX_DT_Q4_K, 1, 5);
+}
+
+/* With HEARTH_CUDA_STREAM_GEMV=1, one row of the wide formats goes through the streamed GEMV
+ * (sm_90): joined, with a bias and a residual, eager and replayed, and with two blocks only, so
+ * that each block takes 32 chunks and cycles its shared buffers (and their barriers' phases)
+ * eight times. Every format must have taken that path. */
+static int test_gemv_stream(void)
+{
+    NEED_GPU();
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    if (major < 9) {
+        printf("skip: the streamed GEMV needs sm_90 (this GPU is sm_%d0)\n", major);
+        return 0;
+    }
+    static const hx_dtype fmts[] = {HX_DT_Q4_0, HX_DT_Q4_1, HX_DT_Q8_0, HX_DT_Q4_K, HX_DT_MLX4};
+    int r = 0;
+    setenv("HEARTH_CUDA_STREAM_GEMV", "1", 1);
+    setenv("HEARTH_CUDA_STREAM_BLOCKS", "2", 1);
+    for (int f = 0; f < (int)HX_COUNTOF(fmts) && !r; f++) {
+        const uint64_t before = hx_cuda_gemv_streamed();
+        r = joined_launches_of(fmts[f], 2 + f, 1);
+        CHECK(hx_cuda_gemv_streamed() > before);
+    }
+    unsetenv("HEARTH_CUDA_STREAM_BLOCKS");
+    unsetenv("HEARTH_CUDA_STREAM_GEMV");
+    return r;
 }
 
 /* Rows of every format's table, exactly as the reference dequantizer gives them. */
@@ -1251,6 +1281,7 @@ static const check_case cases[] = {
     { "gemm_input_reuse", test_gemm_input_reuse },
     { "gemv_input_reuse", test_gemv_input_reuse },
     { "joined_launches", test_joined_launches },
+    { "gemv_stream", test_gemv_stream },
     { "moe", test_moe },
     { "embed_formats", test_embed_formats },
     { "row_ops", test_row_ops },
