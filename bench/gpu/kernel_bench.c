@@ -6,8 +6,12 @@
  * times each launcher of kernels.h alone, the way a step replays it: 50 launches back to back
  * on one stream after 5 warm-up launches, timed with events, reported as microseconds per
  * launch and, for the GEMV, as the weight bytes it reads per second (compare with the HBM read
- * bandwidth of hx-gpu-roofline). Weights are bytes of 0x11 (every f16 scale 0x1111, a small
- * normal number), which costs the same as real ones: no kernel branches on values.
+ * bandwidth of hx-gpu-roofline). A step reads each weight once, from HBM: the GEMV takes its
+ * launches in turn over copies of the weight that together hold at least three times the L2
+ * cache, so that no launch finds its weight there (an 8B model's 9 MB matrices otherwise do).
+ * GEMVs that took the streamed kernel (HEARTH_CUDA_STREAM_GEMV=1, kernels.h) say so.
+ * Weights are bytes of 0x11 (every f16 scale 0x1111, a small normal number), which costs the
+ * same as real ones: no kernel branches on values.
  *
  * Shapes are Llama-3.1-8B's (d_model 4,096, FFN 14,336, 32 heads of 128, 8 KV heads, vocabulary
  * 128,256) unless --d/--ffn/--vocab say otherwise.
@@ -48,9 +52,13 @@ static void *dev_bytes(size_t n, int fill)
     return p;
 }
 
+#define MAX_COPIES 64
+
 typedef struct {
     int            kind;
     hx_cuda_wmat   w;
+    hx_cuda_wmat   copies[MAX_COPIES]; /* GEMV: w and more copies, taken in turn */
+    int            n_copies, turn;
     const float   *x;
     int8_t        *xq;
     float         *xd;
@@ -64,10 +72,10 @@ typedef struct {
 
 enum { GEMV, QUANT, ATTN, NORM, DEQUANT, PREFILL };
 
-static void launch(const job *j, hx_cuda_stream s)
+static void launch(job *j, hx_cuda_stream s)
 {
     if (j->kind == GEMV) {
-        const hx_cuda_gemv_job g = {.w = j->w, .out = j->out};
+        const hx_cuda_gemv_job g = {.w = j->copies[j->turn++ % j->n_copies], .out = j->out};
         hx_cuda_gemv(&g, 1, j->x, j->xq, j->xd, j->rows, s);
     }
     else if (j->kind == DEQUANT) hx_cuda_dequant_rows(&j->w, 0, j->w.n_out, j->out, 0, s);
@@ -82,7 +90,7 @@ static void launch(const job *j, hx_cuda_stream s)
 }
 
 /* Microseconds per launch: WARM launches, then TIMED between two events. */
-static double time_us(const job *j, cudaStream_t s)
+static double time_us(job *j, cudaStream_t s)
 {
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
@@ -165,6 +173,8 @@ int main(int argc, char **argv)
     CK(cudaSetDevice(dev));
     cudaStream_t s;
     CK(cudaStreamCreate(&s));
+    int l2 = 0;
+    CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
     const int64_t big = (ffn > vocab ? ffn : vocab) > ffn * d / 16 ? (ffn > vocab ? ffn : vocab)
                                                                 : ffn * d / 16;
     const size_t x_bytes = (size_t)(8 * (ffn > d ? ffn : d)) * 4;
@@ -187,11 +197,15 @@ int main(int argc, char **argv)
             job j = {.kind = GEMV, .w = weight(dt, shapes[k][0], shapes[k][1]), .x = x, .xq = xq,
                      .xd = xd, .out = out};
             const double bytes = weight_bytes(&j.w);
+            j.copies[j.n_copies++] = j.w;
+            while (j.n_copies < MAX_COPIES && (double)j.n_copies * bytes < 3.0 * l2)
+                j.copies[j.n_copies++] = weight(dt, shapes[k][0], shapes[k][1]);
             for (int r = 0; r < n_rows; r++) {
                 j.rows = rows[r];
+                const uint64_t streamed = hx_cuda_gemv_streamed();
                 const double us = time_us(&j, s);
-                printf("%-6s %-14s %4lld %10.2f %10.0f\n", f, names[k], (long long)rows[r], us,
-                       bytes / us / 1e3);
+                printf("%-6s %-14s %4lld %10.2f %10.0f%s\n", f, names[k], (long long)rows[r], us,
+                       bytes / us / 1e3, hx_cuda_gemv_streamed() > streamed ? "  (streamed)" : "");
             }
             if (k == 1) { /* the prefill's dequantize-to-f16 pass over ffn x d */
                 j.kind = DEQUANT;
@@ -199,7 +213,7 @@ int main(int argc, char **argv)
                 printf("%-6s %-14s %4s %10.2f %10.0f  (dequantize to f16)\n", f, names[k], "-",
                        us, (bytes + 2.0 * (double)(j.w.n_out * j.w.n_in)) / us / 1e3);
             }
-            free_weight(&j.w);
+            for (int c = 0; c < j.n_copies; c++) free_weight(&j.copies[c]);
         }
     }
 
