@@ -164,6 +164,11 @@ struct hx_backend {
      * backend with memory of its own copies it then rather than at the first embed (a GPU's
      * first request would wait for it). HX_E_NOMEM when it does not fit. */
     hx_status (*table)(hx_backend *be, const hx_tensor *w, hx_err *err);
+    /* Optional (NULL on the CPU): the backend may keep up to `bytes` of its memory as copies of
+     * quantized matmul weights in the form its matmuls of many rows read (CUDA: f16 for cuBLAS),
+     * so that a prefill or batched step stops converting every weight anew. Called once, after
+     * the weights are prepared and the KV pool is allocated; returns the bytes it took. */
+    int64_t (*keep_dequantized)(hx_backend *be, int64_t bytes);
 
     /* KV storage for n_blocks blocks in kv->dtype; freed by kv_free. HX_E_INVALID when the
      * backend cannot store that dtype for this shape (quantized with d_head % 32 != 0). */

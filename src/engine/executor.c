@@ -564,6 +564,9 @@ hx_status hx_executor_open(hx_llm *m, const hx_tokenizer *tok, const hx_executor
         if ((st = hx_sequence_init_shared(m, tok, ex->pool, ex->pool_swa, p->n_ctx,
                                           &ex->slots[i].seq, err)) != HX_OK)
             goto fail;
+    /* before the warm-up, which then meets the matmuls that read the copies */
+    if (p->dequant_bytes > 0 && m->be->keep_dequantized)
+        ex->stats.dequant_bytes = m->be->keep_dequantized(m->be, p->dequant_bytes);
     if ((st = hx_sequence_warmup(ex->slots[0].seq, err)) != HX_OK) goto fail;
     kv_figures(ex);
     if (pthread_create(&ex->thread, NULL, engine_main, ex) != 0) {

@@ -65,6 +65,8 @@ typedef struct {
     int32_t kv_blocks;    /* KV pool size in blocks (0: n_batch full contexts + cache_blocks);
                            * smaller pools preempt the newest job when they run out */
     hx_kv_dtype kv;       /* how the pool stores K and V (kv_pool.h); HX_KV_F16 is 0 */
+    int64_t dequant_bytes; /* memory the backend may keep as dequantized weights for steps of
+                            * many rows (backend.h keep_dequantized; 0: none) */
 } hx_executor_params;
 
 /* Starts the engine thread over a bound model (borrowed; must outlive the executor). The KV
@@ -116,6 +118,7 @@ typedef struct {
     int32_t kv_window_used, kv_window_total; /* the sliding layers' pool (0, 0 without one) */
     int64_t n_steps;           /* forward steps run */
     int64_t n_preempted;       /* jobs whose KV was taken back to make room (recomputed) */
+    int64_t dequant_bytes;     /* what the backend kept of dequant_bytes */
     hx_gen_stats last;       /* the most recently finished job's (for server-overhead figures) */
 } hx_executor_stats;
 

@@ -78,6 +78,8 @@ void hx_route_stats(void *ctx, hx_http_req *req, hx_http_resp *resp)
                              "prompt_ms", e->last.prompt_ms, "first_token_ms", e->last.first_ms,
                              "decode_ms", e->last.gen_ms);
     if (o) json_object_set_new(o, "device", json_string(s->device));
+    if (mem) /* weights kept dequantized in the budget's slack (executor.h dequant_bytes) */
+        json_object_set_new(mem, "dequantized_weights_bytes", json_integer(e->dequant_bytes));
     /* A driver query that reads none of the backend's mutable state, so a connection thread may
      * ask it while the engine thread runs steps. */
     if (o && s->be && s->be->mem_info) {

@@ -171,11 +171,20 @@ static hx_status server_load(hx_server *s, hx_loaded_model *m, hx_err *err)
     st = hx_server_chat_open(s, s->tpl_text, s->mf->hp.arch, err);
     if (st != HX_OK) return st;
     const uint64_t block_bytes = 16 * s->fit.kv_bytes_per_token;
+    /* what the budget has left after the prompt cache may hold dequantized weights (a GPU's) */
+    const uint64_t slack = s->fit.budget_bytes - s->fit.total_bytes - s->cache_bytes;
     const hx_executor_params ep = {.n_ctx = s->n_ctx, .n_batch = o->n_batch,
                                    .step_tokens = o->step_tokens,
                                    .cache_blocks = (int32_t)(s->cache_bytes / block_bytes),
-                                   .max_queue = o->max_queue, .kv = o->kv};
+                                   .max_queue = o->max_queue, .kv = o->kv,
+                                   .dequant_bytes = slack > INT64_MAX ? INT64_MAX : (int64_t)slack};
     if ((st = hx_executor_open(m->llm, s->tok, &ep, &s->ex, err)) != HX_OK) return st;
+    hx_executor_stats es;
+    hx_executor_stats_get(s->ex, &es);
+    if (es.dequant_bytes > 0)
+        fprintf(stderr, "hearth serve: %.0f MiB of the memory budget hold f16 copies of the "
+                        "weights (steps of many rows read them instead of converting)\n",
+                es.dequant_bytes / (1024.0 * 1024.0));
     s->created = (int64_t)time(NULL);
     s->max_tokens = o->max_tokens > 0 ? o->max_tokens : 512;
     hx_sampling *p = &s->sampling;

@@ -223,6 +223,11 @@ def test_stats_show_the_memory_contract(srv):
     assert m["total_bytes"] >= sum(m[t] for t in terms)
     assert m["budget_bytes"] >= m["total_bytes"] + m["prompt_cache_bytes"]
     assert m["max_ctx"] >= 8192 and m["kv_bytes_per_token"] > 0
+    # dequantized copies live in what is left of the budget, and only on a GPU (opt-in there)
+    assert m["budget_bytes"] >= (m["total_bytes"] + m["prompt_cache_bytes"]
+                                 + m["dequantized_weights_bytes"])
+    if stats(srv)["device"] == "cpu":
+        assert m["dequantized_weights_bytes"] == 0
 
 
 def test_two_requests_arriving_together_share_their_system_prompt(starter):

@@ -296,6 +296,61 @@ static int test_matmul_formats(void)
     return 0;
 }
 
+/* keep_dequantized (HEARTH_CUDA_F16_WEIGHTS=1) on a backend of its own, so that the weights it
+ * finds are these: a GEMM of 37 rows of each format before (dequantized into the chunk
+ * buffer) and after (from the f16 copy) gives the same output, within 3e-3 of the reference;
+ * the bytes taken are every quantized weight's n_out x n_in x 2 (the float ones keep none),
+ * none within a budget smaller than each, and nothing a second time. */
+static int test_keep_dequantized(void)
+{
+    NEED_GPU();
+    static const hx_dtype fmts[] = {HX_DT_F16, HX_DT_Q4_0, HX_DT_Q4_1, HX_DT_Q8_0, HX_DT_Q4_K,
+                                    HX_DT_Q5_K, HX_DT_Q6_K, HX_DT_MLX4, HX_DT_MLX8};
+    enum { N = (int)HX_COUNTOF(fmts), ROWS = 37 };
+    const int64_t n_out = 131, n_in = 768;
+    hx_err err = {0};
+    hx_backend *const main_gpu = gpu, *own = NULL;
+    CHECK(hx_backend_open("cuda", 0, 0, &own, &err) == HX_OK);
+    gpu = own; /* dev() and back() use it */
+    static weight ws[N];
+    const hx_tensor *pw[N];
+    int64_t want_bytes = 0;
+    for (int f = 0; f < N; f++) {
+        if (weight_make(&ws[f], fmts[f], n_out, n_in)) return 1;
+        CHECK((pw[f] = own->weight(own, &ws[f].t, &err)) != NULL);
+        if (fmts[f] != HX_DT_F16) want_bytes += n_out * n_in * 2;
+    }
+    CHECK(own->reserve(own, n_in, 64, &err) == HX_OK);
+    static float x[ROWS * 768], before[N][ROWS * 131], after[ROWS * 131], want[ROWS * 131];
+    fill(x, ROWS * n_in, -1, 1);
+    float *dx = dev(x, ROWS * n_in), *dout = dev(NULL, ROWS * n_out);
+    for (int f = 0; f < N; f++) {
+        own->matmul(own, pw[f], NULL, dx, ROWS, dout);
+        back(before[f], dout, ROWS * n_out);
+    }
+    setenv("HEARTH_CUDA_F16_WEIGHTS", "1", 1);
+    CHECK(own->keep_dequantized(own, n_out * n_in * 2 - 1) == 0);
+    CHECK(own->keep_dequantized(own, want_bytes + 1000) == want_bytes);
+    CHECK(own->keep_dequantized(own, want_bytes) == 0);
+    unsetenv("HEARTH_CUDA_F16_WEIGHTS");
+    for (int f = 0; f < N; f++) {
+        own->matmul(own, pw[f], NULL, dx, ROWS, dout);
+        back(after, dout, ROWS * n_out);
+        matmul_ref(&ws[f].t, NULL, x, ROWS, want);
+        const double same = rel_err(after, before[f], ROWS * n_out),
+                     ref = rel_err(after, want, ROWS * n_out);
+        if (!(same <= 1e-5 && ref <= 3e-3)) /* summation order only (chunks of 128 + 3 rows) */
+            CHECK_FAIL("format %s: against the chunked GEMM %.3g, against the reference %.3g",
+                       hx_dtypes[fmts[f]].name, same, ref);
+    }
+    own->free(own, dx);
+    own->free(own, dout);
+    for (int f = 0; f < N; f++) own->weight_release(own, pw[f]);
+    own->destroy(own);
+    gpu = main_gpu;
+    return 0;
+}
+
 /* MLX 4-bit goes up as Q4_1 when f16 holds its scales and biases exactly, and stays MLX
  * otherwise: f16 ones and bf16 ones in f16's normal range, groups of 64, 32 and 128; bf16 ones
  * with a value outside it (1e-7); f32 ones. Each on the GEMV (1 row), the tensor-core
@@ -1282,6 +1337,7 @@ static const check_case cases[] = {
     { "gemv_input_reuse", test_gemv_input_reuse },
     { "joined_launches", test_joined_launches },
     { "gemv_stream", test_gemv_stream },
+    { "keep_dequantized", test_keep_dequantized },
     { "moe", test_moe },
     { "embed_formats", test_embed_formats },
     { "row_ops", test_row_ops },

@@ -81,10 +81,11 @@ typedef struct {
 } graph_ent;
 
 /* A matmul weight `weight` uploaded: the tensor handed to the model (its `prepared` points at
- * w) and the device allocations. */
+ * w) and the device allocations; `half` its rows in f16 when keep_dequantized made them. */
 typedef struct {
     hx_tensor    t;
     hx_cuda_wmat w;
+    void        *half;
 } uploaded_weight;
 
 struct cuda_impl {
@@ -115,6 +116,9 @@ struct cuda_impl {
     int64_t        max_weight_elems;  /* the largest matmul weight seen by `weight` */
     int64_t        max_n_in;          /* the widest input of those weights */
     size_t         uploaded;          /* weight bytes uploaded, for the progress line */
+    int64_t        max_tok;           /* rows a step may have (reserve) */
+    uploaded_weight **weights;        /* every weight `weight` uploaded and not yet released */
+    size_t         n_weights, cap_weights;
     /* HEARTH_CUDA_PROFILE=1: every op waits for the GPU and adds its time to a per-op total,
      * printed when the backend is destroyed (for finding where a step's time goes). */
     bool           profile;
@@ -760,6 +764,7 @@ static hx_status ensure_half(cuda_impl *c, void **p, int64_t *have, int64_t n, h
 static hx_status cuda_reserve(hx_backend *be, int64_t max_row, int64_t max_tok, hx_err *err)
 {
     cuda_impl *c = cx(be);
+    c->max_tok = max_tok;
     if (max_tok <= HX_CUDA_GEMV_ROWS) return HX_OK; /* every matmul takes the GEMV */
     /* half_x holds a matmul's input: as wide as the widest weight input seen, not max_row (which
      * counts the vocabulary: 256 MiB of f16 at 1,024 rows and 128k entries, for nothing). A
@@ -784,6 +789,19 @@ static const hx_tensor *cuda_weight(hx_backend *be, const hx_tensor *w, hx_err *
         hx_free(cw);
         return NULL;
     }
+    if (c->n_weights == c->cap_weights) {
+        const size_t cap = c->cap_weights ? 2 * c->cap_weights : 256;
+        uploaded_weight **p = hx_realloc(c->weights, cap * sizeof *p);
+        if (!p) {
+            wmat_free(&cw->w);
+            hx_free(cw);
+            hx_err_set(err, HX_E_NOMEM, "out of memory");
+            return NULL;
+        }
+        c->weights = p;
+        c->cap_weights = cap;
+    }
+    c->weights[c->n_weights++] = cw;
     cw->t = *w;
     cw->t.prepared = &cw->w;
     /* The embedding lookup of a tied table finds this copy instead of uploading its own. */
@@ -799,16 +817,73 @@ static const hx_tensor *cuda_weight(hx_backend *be, const hx_tensor *w, hx_err *
     return &cw->t;
 }
 
+/* The upload behind a tensor `weight` returned. */
+static uploaded_weight *uploaded_of(const hx_tensor *w)
+{
+    return (uploaded_weight *)(void *)((char *)(void *)(uintptr_t)w->prepared -
+                                       offsetof(uploaded_weight, w));
+}
+
 static void cuda_weight_release(hx_backend *be, const hx_tensor *w)
 {
     cuda_impl *c = cx(be);
     if (!w || !w->prepared) return;
-    uploaded_weight *cw = (uploaded_weight *)(void *)((char *)(void *)(uintptr_t)w->prepared -
-                                              offsetof(uploaded_weight, w));
+    uploaded_weight *cw = uploaded_of(w);
     cache_ent *e = cache_find(c, w->data);
     if (e && !e->owned && e->w.q == cw->w.q) *e = c->cache[--c->n_cache]; /* gone with it */
+    for (size_t i = 0; i < c->n_weights; i++)
+        if (c->weights[i] == cw) {
+            c->weights[i] = c->weights[--c->n_weights];
+            break;
+        }
+    if (cw->half) { /* a graph may still read it: let the GPU finish first */
+        flush(c);
+        CK(cudaStreamSynchronize(c->stream));
+        cudaFree(cw->half);
+    }
     wmat_free(&cw->w);
     hx_free(cw);
+}
+
+/* Memory keep_dequantized leaves free on the device whatever its budget (cuBLAS's and the
+ * driver's allocations that no fit counts). */
+#define DEQUANT_MARGIN ((size_t)512 << 20)
+
+/* keep_dequantized: f16 copies of the quantized weights, in upload order (layer by layer, the
+ * output projection last) while they fit, each made once by the dequantizer that otherwise runs
+ * before every GEMM of more than HX_CUDA_GEMV_ROWS rows (run_matmul). Opt-in until timed on a
+ * GPU: HEARTH_CUDA_F16_WEIGHTS=1. */
+static int64_t cuda_keep_dequantized(hx_backend *be, int64_t bytes)
+{
+    cuda_impl *c = cx(be);
+    const char *on = getenv("HEARTH_CUDA_F16_WEIGHTS");
+    if (!on || strcmp(on, "1") != 0 || bytes <= 0 || c->max_tok <= HX_CUDA_GEMV_ROWS)
+        return 0; /* (no step of so few rows reaches a GEMM) */
+    /* graphs captured so far dequantize before their GEMMs: the next steps capture anew */
+    flush(c);
+    CK(cudaStreamSynchronize(c->stream));
+    for (int i = 0; i < c->n_graph; i++) cudaGraphExecDestroy(c->graph[i].exec);
+    c->n_graph = 0;
+    int64_t kept = 0;
+    for (size_t i = 0; i < c->n_weights; i++) {
+        uploaded_weight *cw = c->weights[i];
+        const int32_t dt = cw->w.dtype;
+        const size_t need = (size_t)cw->w.n_out * (size_t)cw->w.n_in * 2;
+        if (cw->half || dt == HX_DT_F32 || dt == HX_DT_F16 || dt == HX_DT_BF16 ||
+            kept + (int64_t)need > bytes)
+            continue; /* a smaller one may still fit */
+        size_t f = 0, t = 0;
+        if (cudaMemGetInfo(&f, &t) != cudaSuccess || f < need + DEQUANT_MARGIN ||
+            cudaMalloc(&cw->half, need) != cudaSuccess) {
+            (void)cudaGetLastError();
+            cw->half = NULL;
+            break;
+        }
+        hx_cuda_dequant_rows(&cw->w, 0, cw->w.n_out, cw->half, 0, c->stream);
+        kept += (int64_t)need;
+    }
+    CK(cudaStreamSynchronize(c->stream));
+    return kept;
 }
 
 /* ---- KV storage ---- */
@@ -1036,6 +1111,7 @@ typedef struct {
     float           *xd;
     int64_t          x_half; /* GEMM: the half_x the matmul before made still holds x (q, k and
                                 v; gate and up), no conversion */
+    const void      *w_half; /* GEMM: the weight's f16 copy (keep_dequantized), or NULL */
 } mat_args;
 
 static void run_embed(cuda_impl *c, const void *p)
@@ -1091,8 +1167,9 @@ static void run_matmul(cuda_impl *c, const void *p)
         const cudaDataType type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
         HX_ASSERT(n_rows * n_in <= c->half_x_elems); /* reserve or cuda_matmul sized it */
         if (!a->x_half) hx_cuda_to_half(a->x, n_rows * n_in, c->half_x, bf16, c->stream);
-        if (wm->dtype == HX_DT_F16 || bf16) {
-            gemm_half(c, wm->q, c->half_x, type, 0, n_out, n_in, n_rows, n_out, out);
+        if (wm->dtype == HX_DT_F16 || bf16 || a->w_half) {
+            const void *w16 = a->w_half ? a->w_half : wm->q;
+            gemm_half(c, w16, c->half_x, type, 0, n_out, n_in, n_rows, n_out, out);
         } else {
             /* equal chunks, in rows a multiple of 64 where they fit: cuBLAS takes slower
              * kernels for a matrix of, say, 2,340 rows (measured: 4096 x 14336 in chunks of
@@ -1247,6 +1324,7 @@ static void cuda_matmul(hx_backend *be, const hx_tensor *w, const hx_tensor *bia
     a.x = x;
     a.n = n_rows;
     const bool gemv = n_rows <= HX_CUDA_GEMV_ROWS, int8 = gemv && hx_cuda_gemv_int8(wm->dtype);
+    if (!gemv) a.w_half = uploaded_of(w)->half;
     hx_err err = {0}; /* (grown before last_op: growing runs the log, so no GEMM is before) */
     if (!gemv && wm->dtype != HX_DT_F32 &&
         ensure_half(c, &c->half_x, &c->half_x_elems, n_rows * wm->n_in, &err) != HX_OK)
@@ -1670,6 +1748,8 @@ static void cuda_destroy(hx_backend *be)
         for (size_t i = 0; i < c->n_cache; i++)
             if (c->cache[i].owned) wmat_free(&c->cache[i].w);
         hx_free(c->cache);
+        for (size_t i = 0; i < c->n_weights; i++) cudaFree(c->weights[i]->half);
+        hx_free(c->weights); /* (the weights themselves are their releasers') */
         cudaFree(c->half_w);
         cudaFree(c->half_x);
         hx_free(c->moe_host);
@@ -1782,6 +1862,7 @@ hx_status hx_cuda_backend_create(int device, hx_backend **out, hx_err *err)
     be->embed = cuda_embed;
     be->matmul = cuda_matmul;
     be->weight = cuda_weight;
+    be->keep_dequantized = cuda_keep_dequantized;
     be->weight_release = cuda_weight_release;
     be->table = cuda_table;
     be->rmsnorm = cuda_rmsnorm;
