@@ -788,7 +788,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
 
 // ---- the streamed GEMV: one activation row, the weights brought by the bulk copy engine ----
 //
-// At one row the GEMV above reads 2.0-2.6 TB/s of an H200's 4.5 (hx-gpu-kernels, weights not in
+// At one row the GEMV above reads 1.3-3.3 TB/s of an H200's 4.5 (hx-gpu-kernels, weights not in
 // L2): each block loads its four rows once, then reduces and ends, and while its threads add up
 // no load of theirs is in flight. Here a block stays for the whole launch and takes chunks of S
 // rows in turn (chunk blockIdx.x, + gridDim.x, ...); one thread asks the copy engine
