@@ -4,7 +4,7 @@ model decode and prefill against them, and aggregate decode under concurrent str
 
 usage: gpu_bench.py [--build build] [--dir /tmp/hx-shapes] [--models SPEC,...] [--out FILE]
                     [--quick] [--runs 3] [--gen 256] [--prompt-tokens 2048] [--streams 8,32,64]
-                    [--stream-gen 128] [--no-serve] [--gib 4]
+                    [--stream-gen 128] [--no-serve] [--gib 4] [--ab VAR=VALUE]
 
 1. Ceilings: BUILD/hx-gpu-roofline (bench/gpu/roofline.cu) measures HBM read bandwidth and the
    cuBLAS bf16/f16 GEMM rate; its JSON line is read. Without it (a build where nvcc was not
@@ -36,6 +36,12 @@ usage: gpu_bench.py [--build build] [--dir /tmp/hx-shapes] [--models SPEC,...] [
    does): aggregate decode tok/s = the streams' tokens after their first / (last stream's end -
    first stream's first token), and the median and p99 time to first token under that load.
 5. A table, and every number as JSON in --out (default $OUT/gpu_bench.json when OUT is set).
+
+--ab VAR=VALUE compares the build with itself, without and with that environment setting (an
+opt-in such as HEARTH_CUDA_F16_WEIGHTS=1): every `hearth run` figure is taken both ways, the
+processes alternating (A, B, A, B, ...) so that a drift of the machine's speed falls on both;
+the servers run one after the other. Each model then has two rows, the second named with the
+setting, and a line of B/A ratios follows the table.
 
 The script checks first that the hearth binary has a CUDA backend (`hearth devices --json`, or
 `hearth --version` listing cuda where that verb does not exist) and that `hearth run` takes
@@ -233,12 +239,13 @@ def prompt_text(hearth, model, n_tokens):
     return text
 
 
-def hearth_run(hearth, model, text, gen, ctx, dev):
-    """One `hearth run` process; its timing line as a dict."""
+def hearth_run(hearth, model, text, gen, ctx, dev, env=None):
+    """One `hearth run` process (env: its environment, None for ours); its timing line as a
+    dict."""
     cmd = [hearth, "run", model, text, "--raw", "--temp", "0", "--ignore-eos", "--max-tokens",
            str(gen), "--ctx", str(ctx), "--verbose"] + dev
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
     except subprocess.TimeoutExpired:
         raise BenchError(f"hearth run did not finish within {TIMEOUT} s")
     m = TIMING.search(p.stderr)
@@ -255,12 +262,12 @@ def median_of(runs, key):
 
 # ---- concurrency ----
 
-def start_server(hearth, model, dev, batch, ctx, logf):
-    """Starts `hearth serve` on a free port; returns (process, base url). Its stderr goes to
-    logf, quoted when it does not come up."""
+def start_server(hearth, model, dev, batch, ctx, logf, env=None):
+    """Starts `hearth serve` on a free port (env: its environment, None for ours); returns
+    (process, base url). Its stderr goes to logf, quoted when it does not come up."""
     p = subprocess.Popen([hearth, "serve", model, "--port", "0", "--ctx", str(ctx), "--batch",
                           str(batch), "--max-queue", str(max(64, 2 * batch)), "--quiet"] + dev,
-                         stdout=subprocess.PIPE, stderr=logf, text=True)
+                         stdout=subprocess.PIPE, stderr=logf, text=True, env=env)
     url = None
     deadline = time.monotonic() + TIMEOUT
     while url is None and time.monotonic() < deadline:
@@ -345,12 +352,12 @@ def warm_prefill(url, text, runs):
     return statistics.median(tps), n
 
 
-def serve_figures(hearth, model, dev, counts, gen, ctx, prompt_text=None, runs=1):
+def serve_figures(hearth, model, dev, counts, gen, ctx, prompt_text=None, runs=1, env=None):
     """Aggregate decode and TTFT at each count of concurrent streams, one server for all; with
     prompt_text, first the warm prefill of that prompt (warm_prefill)."""
     res = {}
     with tempfile.TemporaryFile("w+") as logf:
-        p, url = start_server(hearth, model, dev, max(counts), ctx, logf)
+        p, url = start_server(hearth, model, dev, max(counts), ctx, logf, env)
         try:
             if prompt_text:
                 tps, n = warm_prefill(url, prompt_text, runs)
@@ -371,49 +378,93 @@ def serve_figures(hearth, model, dev, counts, gen, ctx, prompt_text=None, runs=1
 
 # ---- one model ----
 
-def bench_model(a, hearth, dev, spec, roof):
-    r = {"spec": spec}
+def alternating(n, variants, fn):
+    """fn(variant) n times for each variant, the variants taking turns; a list of results per
+    variant."""
+    out = [[] for _ in variants]
+    for _ in range(n):
+        for k, v in enumerate(variants):
+            out[k].append(fn(v))
+    return out
+
+
+def bench_model(a, hearth, dev, spec, roof, variants):
+    """The figures of one model for each variant (a label and an environment, None for ours):
+    a result per variant."""
     path, gen_s = ensure_model(spec, a.dir, a.layers)
-    r["path"] = path
-    if gen_s:
-        r["generate_s"] = round(gen_s, 1)
     log(f"{spec}: {path}" + (f" (written in {gen_s:.1f} s)" if gen_s else ""))
     wb, mp, n_params, arch = weights_of(hearth, path)
-    r.update(arch=arch, bytes_per_token=wb, matmul_params=mp, n_params=n_params)
+    rs = []
+    for label, _ in variants:
+        r = {"spec": spec + (f" {label}" if label else ""), "path": path, "arch": arch,
+             "bytes_per_token": wb, "matmul_params": mp, "n_params": n_params}
+        if gen_s:
+            r["generate_s"] = round(gen_s, 1)
+        if label:
+            r["env"] = label
+        rs.append(r)
 
     short = STORY[:48]
     ctx = -(-max(a.prompt_tokens + 64, a.gen + 128) // 256) * 256
-    dec = [hearth_run(hearth, path, short, a.gen, ctx, dev) for _ in range(a.runs)]
-    r["decode_tps"] = median_of(dec, "decode_tps")
-    r["decode_runs"] = [x["decode_tps"] for x in dec]
-    log(f"  decode {r['decode_tps']:.1f} tok/s at batch 1 (runs: "
-        f"{', '.join(f'{x:.1f}' for x in r['decode_runs'])})")
-
+    decs = alternating(a.runs, variants,
+                       lambda v: hearth_run(hearth, path, short, a.gen, ctx, dev, v[1]))
     text = prompt_text(hearth, path, a.prompt_tokens)
-    pre = [hearth_run(hearth, path, text, 1, ctx, dev) for _ in range(a.runs)]
-    r["prompt_tokens"] = pre[0]["n_prompt"]
-    r["prefill_tps"] = median_of(pre, "prompt_tps")
-    r["prefill_runs"] = [x["prompt_tps"] for x in pre]
-    r["prefill_first_token_ms"] = median_of(pre, "first_ms")
-    log(f"  prefill {r['prefill_tps']:.1f} tok/s on {r['prompt_tokens']} tokens (runs: "
-        f"{', '.join(f'{x:.1f}' for x in r['prefill_runs'])})")
-
-    if roof:
-        r["roofline_tps"] = roof["hbm_read_gbs"] * 1e9 / wb
-        r["decode_of_roofline"] = r["decode_tps"] / r["roofline_tps"]
-        r["prefill_ceiling_tps"] = roof["bf16_tflops"] * 1e12 / (2 * mp)
-        r["prefill_of_ceiling"] = r["prefill_tps"] / r["prefill_ceiling_tps"]
-        log(f"  {wb / 2**20:.0f} MiB read per token: roofline {r['roofline_tps']:.1f} tok/s, "
-            f"decode at {r['decode_of_roofline']:.0%}; prefill ceiling "
-            f"{r['prefill_ceiling_tps']:.0f} tok/s ({mp / 1e9:.2f}B matmul parameters), "
-            f"prefill at {r['prefill_of_ceiling']:.0%}")
+    pres = alternating(a.runs, variants,
+                       lambda v: hearth_run(hearth, path, text, 1, ctx, dev, v[1]))
+    for r, dec, pre in zip(rs, decs, pres):
+        name = f"  {r['env']}: " if r.get("env") else "  "
+        r["decode_tps"] = median_of(dec, "decode_tps")
+        r["decode_runs"] = [x["decode_tps"] for x in dec]
+        log(f"{name}decode {r['decode_tps']:.1f} tok/s at batch 1 (runs: "
+            f"{', '.join(f'{x:.1f}' for x in r['decode_runs'])})")
+        r["prompt_tokens"] = pre[0]["n_prompt"]
+        r["prefill_tps"] = median_of(pre, "prompt_tps")
+        r["prefill_runs"] = [x["prompt_tps"] for x in pre]
+        r["prefill_first_token_ms"] = median_of(pre, "first_ms")
+        log(f"{name}prefill {r['prefill_tps']:.1f} tok/s on {r['prompt_tokens']} tokens (runs: "
+            f"{', '.join(f'{x:.1f}' for x in r['prefill_runs'])})")
+        if roof:
+            r["roofline_tps"] = roof["hbm_read_gbs"] * 1e9 / wb
+            r["decode_of_roofline"] = r["decode_tps"] / r["roofline_tps"]
+            r["prefill_ceiling_tps"] = roof["bf16_tflops"] * 1e12 / (2 * mp)
+            r["prefill_of_ceiling"] = r["prefill_tps"] / r["prefill_ceiling_tps"]
+            log(f"{name}{wb / 2**20:.0f} MiB read per token: roofline {r['roofline_tps']:.1f} "
+                f"tok/s, decode at {r['decode_of_roofline']:.0%}; prefill ceiling "
+                f"{r['prefill_ceiling_tps']:.0f} tok/s ({mp / 1e9:.2f}B matmul parameters), "
+                f"prefill at {r['prefill_of_ceiling']:.0%}")
     if not a.no_serve:
-        r["serve"] = serve_figures(hearth, path, dev, a.counts, a.stream_gen,
-                                   max(a.serve_ctx, ctx), text, a.runs)
-        w = r["serve"]["warm_prefill"]
-        if r.get("prefill_ceiling_tps"):
-            w["of_ceiling"] = w["prefill_tps"] / r["prefill_ceiling_tps"]
-    return r
+        for r, (label, env) in zip(rs, variants):
+            if label:
+                log(f"  serving with {label}:")
+            r["serve"] = serve_figures(hearth, path, dev, a.counts, a.stream_gen,
+                                       max(a.serve_ctx, ctx), text, a.runs, env)
+            w = r["serve"]["warm_prefill"]
+            if r.get("prefill_ceiling_tps"):
+                w["of_ceiling"] = w["prefill_tps"] / r["prefill_ceiling_tps"]
+    return rs
+
+
+def ratios(results, counts):
+    """B/A of each figure, for each model measured both ways (--ab)."""
+    lines = []
+    for a_, b in zip(results, results[1:]):
+        if "error" in a_ or "error" in b or a_.get("env") or not b.get("env") or \
+                not b["spec"].startswith(a_["spec"]):
+            continue
+        parts = [f"decode {b['decode_tps'] / a_['decode_tps']:.3f}",
+                 f"prefill {b['prefill_tps'] / a_['prefill_tps']:.3f}"]
+        sa, sb = a_.get("serve", {}), b.get("serve", {})
+        if sa.get("warm_prefill") and sb.get("warm_prefill"):
+            x = sb["warm_prefill"]["prefill_tps"] / sa["warm_prefill"]["prefill_tps"]
+            parts.append(f"warm prefill {x:.3f}")
+        for n in counts:
+            if str(n) in sa and str(n) in sb:
+                x = sb[str(n)]["aggregate_tps"] / sa[str(n)]["aggregate_tps"]
+                parts.append(f"{n} streams {x:.3f}")
+        lines.append(f"{a_['spec']}, {b['env']} / without: " + ", ".join(parts))
+    for line in lines:
+        log(line)
+    return lines
 
 
 # ---- report ----
@@ -427,24 +478,25 @@ def table(results, roof, counts):
     if roof:
         log(f"GPU {roof['gpu']}: HBM read {roof['hbm_read_gbs']:.0f} GB/s, bf16 GEMM "
             f"{roof['bf16_tflops']:.0f} TFLOP/s, f16 {roof['f16_tflops']:.0f} TFLOP/s")
-    h = (f"{'model':<22}{'decode':>9}{'MiB/tok':>9}{'roofline':>10}{'%roof':>7}{'prefill':>10}"
+    mw = max([22] + [len(r["spec"]) + 2 for r in results])  # the model column
+    h = (f"{'model':<{mw}}{'decode':>9}{'MiB/tok':>9}{'roofline':>10}{'%roof':>7}{'prefill':>10}"
          f"{'ceiling':>11}{'%ceil':>7}{'warm':>9}{'%ceil':>7}")
     for n in counts:
         h += f"{f'{n} streams':>13}{'TTFT':>8}"
     log(h)
-    log(f"{'':<22}{'tok/s':>9}{'':>9}{'tok/s':>10}{'':>7}{'tok/s':>10}{'tok/s':>11}{'':>7}"
+    log(f"{'':<{mw}}{'tok/s':>9}{'':>9}{'tok/s':>10}{'':>7}{'tok/s':>10}{'tok/s':>11}{'':>7}"
         f"{'tok/s':>9}{'':>7}" +
         "".join(f"{'tok/s':>13}{'ms':>8}" for _ in counts))
     for r in results:
         if "error" in r:
-            log(f"{r['spec']:<22}failed: {r['error']}")
+            log(f"{r['spec']:<{mw}}failed: {r['error']}")
             continue
         dr, pc = r.get("decode_of_roofline"), r.get("prefill_of_ceiling")
         big = r["matmul_params"] >= BIG_MODEL
         dmark = "" if dr is None or not big else (" " if dr >= DECODE_TARGET else "!")
         pmark = "" if pc is None else (" " if pc >= PREFILL_TARGET else "!")
         roof_tps, ceil_tps = r.get("roofline_tps"), r.get("prefill_ceiling_tps")
-        line = (f"{r['spec']:<22}{r['decode_tps']:9.1f}{r['bytes_per_token'] / 2**20:9.0f}"
+        line = (f"{r['spec']:<{mw}}{r['decode_tps']:9.1f}{r['bytes_per_token'] / 2**20:9.0f}"
                 f"{f'{roof_tps:.1f}' if roof_tps else 'n/a':>10}{pct(dr) + dmark:>7}"
                 f"{r['prefill_tps']:10.0f}{f'{ceil_tps:.0f}' if ceil_tps else 'n/a':>11}"
                 f"{pct(pc) + pmark:>7}")
@@ -483,6 +535,8 @@ def main():
     ap.add_argument("--serve-ctx", type=int, default=1024, help="hearth serve --ctx")
     ap.add_argument("--no-serve", action="store_true", help="skip the concurrency figures")
     ap.add_argument("--gib", type=float, default=4, help="hx-gpu-roofline's read buffer")
+    ap.add_argument("--ab", metavar="VAR=VALUE", help="every figure also with this environment "
+                    "setting, the runs alternating; B/A ratios at the end")
     # for testing this script without a GPU: --device cpu, and a layer count override
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     ap.add_argument("--layers", type=int, help=argparse.SUPPRESS)
@@ -508,20 +562,29 @@ def main():
     if roof:
         log(f"ceilings: HBM read {roof['hbm_read_gbs']:.0f} GB/s, bf16 {roof['bf16_tflops']:.0f}"
             f" TFLOP/s, f16 {roof['f16_tflops']:.0f} TFLOP/s ({roof['gpu']})")
+    variants = [("", None)]
+    if a.ab:
+        var, eq, val = a.ab.partition("=")
+        if not var or not eq:
+            sys.exit(f"gpu_bench: --ab wants VAR=VALUE, not '{a.ab}'")
+        variants.append((a.ab, dict(os.environ, **{var: val})))
     results = []
     for spec in models:
         try:
-            results.append(bench_model(a, hearth, dev, spec, roof))
+            results.extend(bench_model(a, hearth, dev, spec, roof, variants))
         except (BenchError, subprocess.SubprocessError, OSError, ValueError, KeyError) as e:
             log(f"{spec}: FAILED: {e}")
             results.append({"spec": spec, "error": str(e)})
     table(results, roof, [] if a.no_serve else a.counts)
+    ab_lines = ratios(results, [] if a.no_serve else a.counts) if a.ab else []
     doc = {"hearth": info, "device": a.device, "roofline": roof,
            "settings": {"runs": a.runs, "gen": a.gen, "prompt_tokens": a.prompt_tokens,
                         "streams": a.counts, "stream_gen": a.stream_gen, "serve": not a.no_serve,
                         "dir": a.dir, "layers": a.layers},
            "targets": {"decode_of_roofline": DECODE_TARGET, "prefill_of_ceiling": PREFILL_TARGET},
            "models": results, "wall_s": round(time.monotonic() - t_start, 1)}
+    if a.ab:
+        doc["ab"] = {"setting": a.ab, "ratios": ab_lines}
     if out:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         with open(out, "w") as f:
