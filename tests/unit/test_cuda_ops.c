@@ -615,6 +615,74 @@ static int test_moe(void)
     return 0;
 }
 
+/* With HEARTH_CUDA_MOE_DEVICE=1, decode-sized steps of a mixture without a shared expert are
+ * routed on the device (route, GEMVs over every (row, choice) pair, weighted sum): against the
+ * CPU's op on the same weights for experts in the wide-GEMV formats and the byte-slice ones
+ * (Q6_K), plain and renormalised routing, 1, 3 and 8 rows, each three times with fresh inputs
+ * (eager, captured, replayed). The routed launches must have run. */
+static int test_moe_routed(void)
+{
+    NEED_GPU();
+    hx_err err = {0};
+    static const hx_dtype fmts[] = {HX_DT_Q4_0, HX_DT_Q4_K, HX_DT_Q6_K, HX_DT_MLX4};
+    enum { E = 6, K = 2, D = 256, F = 512, T_MAX = 8, NF = (int)HX_COUNTOF(fmts) };
+    static weight wg[NF][E], wu[NF][E], wd[NF][E];
+    static float x[T_MAX * D], router[T_MAX * E], a[T_MAX * D], b[T_MAX * D];
+    const int64_t work_n = hx_moe_work_floats(T_MAX, D, F, K, E);
+    float *cwork = hx_alloc((size_t)work_n * sizeof *cwork);
+    float *dx = dev(NULL, T_MAX * D), *dr = dev(NULL, T_MAX * E), *dout = dev(NULL, T_MAX * D);
+    float *dwork = dev(NULL, work_n);
+    CHECK(cwork && gpu->reserve(gpu, F, 64, &err) == HX_OK);
+    const uint64_t before = hx_cuda_gemv_routed_count();
+    setenv("HEARTH_CUDA_MOE_DEVICE", "1", 1);
+    for (int f = 0; f < NF; f++) {
+        const hx_tensor *gg[E], *gu[E], *gd[E], *cg[E], *cu[E], *cd[E];
+        for (int e = 0; e < E; e++) {
+            if (weight_make(&wg[f][e], fmts[f], F, D) || weight_make(&wu[f][e], fmts[f], F, D) ||
+                weight_make(&wd[f][e], fmts[f], D, F))
+                return 1;
+            cg[e] = &wg[f][e].t, cu[e] = &wu[f][e].t, cd[e] = &wd[f][e].t;
+            gg[e] = gpu->weight(gpu, cg[e], &err);
+            gu[e] = gpu->weight(gpu, cu[e], &err);
+            gd[e] = gpu->weight(gpu, cd[e], &err);
+            CHECK(gg[e] && gu[e] && gd[e]);
+        }
+        static const int64_t steps[] = {1, 3, T_MAX};
+        for (int norm = 0; norm < 2; norm++)
+            for (size_t i = 0; i < HX_COUNTOF(steps); i++)
+                for (int rep = 0; rep < 3; rep++) {
+                    const int64_t T = steps[i];
+                    fill(x, T * D, -1, 1);
+                    fill(router, T * E, -2, 2);
+                    cudaMemcpy(dx, x, (size_t)(T * D) * sizeof *x, cudaMemcpyHostToDevice);
+                    cudaMemcpy(dr, router, (size_t)(T * E) * sizeof *router,
+                               cudaMemcpyHostToDevice);
+                    hx_moe mg = {.n_expert = E, .n_used = K, .d_ff = F, .gate = gg, .up = gu,
+                                 .down = gd, .norm_topk = norm};
+                    hx_moe mc = mg;
+                    mc.gate = cg, mc.up = cu, mc.down = cd;
+                    gpu->moe(gpu, &mg, dr, dx, T, D, dwork, dout);
+                    back(a, dout, T * D);
+                    cpu->moe(cpu, &mc, router, x, T, D, cwork, b);
+                    if (!(rel_err(a, b, T * D) <= 3e-3))
+                        CHECK_FAIL("%s experts, %lld rows, norm %d, pass %d: relative error %.3g",
+                                   hx_dtypes[fmts[f]].name, (long long)T, norm, rep,
+                                   rel_err(a, b, T * D));
+                }
+        for (int e = 0; e < E; e++) {
+            gpu->weight_release(gpu, gg[e]);
+            gpu->weight_release(gpu, gu[e]);
+            gpu->weight_release(gpu, gd[e]);
+        }
+    }
+    unsetenv("HEARTH_CUDA_MOE_DEVICE");
+    CHECK(hx_cuda_gemv_routed_count() > before);
+    float *bufs[] = {dx, dr, dout, dwork};
+    for (size_t i = 0; i < HX_COUNTOF(bufs); i++) gpu->free(gpu, bufs[i]);
+    hx_free(cwork);
+    return 0;
+}
+
 /* Ops the backend joins into one launch must give what they give apart: three GEMVs of one
  * input (q, k, v; the first with a bias), a residual add right after a GEMV (the GEMV adds as
  * it writes), the rope of k right after that of q (a partial rotation), and the cache write of
@@ -1339,6 +1407,7 @@ static const check_case cases[] = {
     { "gemv_stream", test_gemv_stream },
     { "keep_dequantized", test_keep_dequantized },
     { "moe", test_moe },
+    { "moe_routed", test_moe_routed },
     { "embed_formats", test_embed_formats },
     { "row_ops", test_row_ops },
     { "rmsnorm_widths", test_rmsnorm_widths },

@@ -88,6 +88,15 @@ typedef struct {
     void        *half;
 } uploaded_weight;
 
+/* One layer's experts on the device, for the routed moe op: their gate, up and down weights as
+ * device arrays of hx_cuda_wmat (`tab`), and expert 0's on the host (`like`). key: the
+ * model's array of gate weights (hx_moe.gate), which lives as long as the model. */
+typedef struct {
+    const void   *key;
+    hx_cuda_wmat *tab[3];
+    hx_cuda_wmat  like[3];
+} moe_tables;
+
 struct cuda_impl {
     int            device;
     cudaStream_t   stream;
@@ -144,6 +153,10 @@ struct cuda_impl {
     int            n_seen;
     void          *blas_ws;           /* cuBLAS's workspace: fixed, so GEMMs can be captured */
     void          *moe_host;          /* the moe op's host arrays (routing) */
+    void          *moe_dev;           /* the routed moe op's device arrays (moe_routed) */
+    int64_t        moe_dev_elems;
+    moe_tables    *moe_tabs;          /* per layer, its experts' weights as device tables */
+    int            n_moe_tabs, cap_moe_tabs;
     hx_pool       *load_pool;         /* threads rearranging weights at upload; made at first use */
     size_t         moe_host_bytes;
 };
@@ -824,10 +837,23 @@ static uploaded_weight *uploaded_of(const hx_tensor *w)
                                        offsetof(uploaded_weight, w));
 }
 
+/* Drops every layer's expert tables (they copy weights' descriptions: a released weight makes
+ * them stale). */
+static void drop_moe_tables(cuda_impl *c)
+{
+    if (!c->n_moe_tabs) return;
+    flush(c);
+    CK(cudaStreamSynchronize(c->stream));
+    for (int i = 0; i < c->n_moe_tabs; i++)
+        for (int k = 0; k < 3; k++) cudaFree(c->moe_tabs[i].tab[k]);
+    c->n_moe_tabs = 0;
+}
+
 static void cuda_weight_release(hx_backend *be, const hx_tensor *w)
 {
     cuda_impl *c = cx(be);
     if (!w || !w->prepared) return;
+    drop_moe_tables(c);
     uploaded_weight *cw = uploaded_of(w);
     cache_ent *e = cache_find(c, w->data);
     if (e && !e->owned && e->w.q == cw->w.q) *e = c->cache[--c->n_cache]; /* gone with it */
@@ -1489,10 +1515,133 @@ static void scatter_add(cuda_impl *c, float *out, const float *y, const int32_t 
     record(c, "scatter_add", run_scatter_add, &a, sizeof a);
 }
 
+/* The layer's expert tables, made at its first routed step; NULL when its experts cannot go
+ * routed (a float format, or experts of mixed formats or shapes: hx_cuda_gemv_routed takes one
+ * of each a launch). */
+static const moe_tables *moe_tables_of(cuda_impl *c, const hx_moe *m)
+{
+    for (int i = 0; i < c->n_moe_tabs; i++)
+        if (c->moe_tabs[i].key == (const void *)m->gate) return &c->moe_tabs[i];
+    const hx_tensor **sets[3] = {m->gate, m->up, m->down};
+    hx_cuda_wmat *host = hx_alloc((size_t)m->n_expert * sizeof *host);
+    if (!host) return NULL;
+    moe_tables t = {.key = m->gate};
+    bool ok = true;
+    for (int k = 0; k < 3 && ok; k++) {
+        for (int32_t e = 0; e < m->n_expert; e++)
+            host[e] = *(const hx_cuda_wmat *)sets[k][e]->prepared;
+        const hx_cuda_wmat *w0 = &host[0];
+        ok = hx_cuda_gemv_int8(w0->dtype) != 0;
+        for (int32_t e = 1; e < m->n_expert && ok; e++)
+            ok = host[e].dtype == w0->dtype && host[e].n_in == w0->n_in &&
+                 host[e].n_out == w0->n_out && host[e].group_size == w0->group_size &&
+                 host[e].sb_dtype == w0->sb_dtype;
+        t.like[k] = *w0;
+        const size_t bytes = (size_t)m->n_expert * sizeof *host;
+        ok = ok && cudaMalloc((void **)&t.tab[k], bytes) == cudaSuccess &&
+             cudaMemcpy(t.tab[k], host, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
+    }
+    hx_free(host);
+    if (ok && c->n_moe_tabs == c->cap_moe_tabs) {
+        const int cap = c->cap_moe_tabs ? 2 * c->cap_moe_tabs : 64;
+        moe_tables *p = hx_realloc(c->moe_tabs, (size_t)cap * sizeof *p);
+        if (p) c->moe_tabs = p, c->cap_moe_tabs = cap;
+        ok = p != NULL;
+    }
+    if (!ok) {
+        (void)cudaGetLastError();
+        for (int k = 0; k < 3; k++) cudaFree(t.tab[k]);
+        return NULL;
+    }
+    c->moe_tabs[c->n_moe_tabs] = t;
+    return &c->moe_tabs[c->n_moe_tabs++];
+}
+
+/* The routed moe op's arguments: routing, the experts' GEMVs and their sum, all on the device. */
+typedef struct {
+    const float  *router, *x;
+    float        *out;
+    hx_cuda_wmat *tab[3];
+    hx_cuda_wmat  like[3];
+    int32_t       n_expert, k, norm, act;
+    int64_t       n_tok, d, d_ff;
+    /* device scratch (moe_dev): ids, w [P = n_tok k]; x rounded; g, u [P, d_ff]; g rounded;
+     * y [P, d] */
+    int32_t      *ids;
+    float        *w, *xd, *g, *u, *hd, *y;
+    int8_t       *xq, *hq;
+} moe_args;
+
+static void run_moe_routed(cuda_impl *c, const void *p)
+{
+    const moe_args *a = p;
+    const int64_t P = a->n_tok * a->k;
+    hx_cuda_moe_route(a->router, a->n_tok, a->n_expert, a->k, a->norm, a->ids, a->w, c->stream);
+    hx_cuda_quantize_x(a->x, a->n_tok * a->d, a->xq, a->xd, c->stream);
+    hx_cuda_gemv_routed(a->tab[0], &a->like[0], a->ids, P, a->k, a->xq, a->xd, a->n_tok, a->g,
+                        c->stream);
+    hx_cuda_gemv_routed(a->tab[1], &a->like[1], a->ids, P, a->k, a->xq, a->xd, a->n_tok, a->u,
+                        c->stream);
+    hx_cuda_glu(a->g, a->u, P * a->d_ff, a->act, a->g, a->hq, a->hd, c->stream);
+    hx_cuda_gemv_routed(a->tab[2], &a->like[2], a->ids, P, 1, a->hq, a->hd, P, a->y, c->stream);
+    hx_cuda_moe_combine(a->y, a->w, a->n_tok, a->k, a->d, a->out, c->stream);
+}
+
+/* 16-byte aligned pieces of a scratch buffer. */
+static void *take(unsigned char **at, size_t bytes)
+{
+    void *p = *at;
+    *at += (bytes + 15) & ~(size_t)15;
+    return p;
+}
+
+/* A decode-sized step of a mixture without a shared expert, routed on the device (opt-in until
+ * timed: HEARTH_CUDA_MOE_DEVICE=1): the route, then each (row, choice) pair's expert as one
+ * GEMV launch over all pairs for gate, up and down, then the weighted sum, with no wait for the
+ * host, so the step stays one graph. false when it does not apply (the host routes then). */
+static bool moe_routed(cuda_impl *c, const hx_moe *m, const float *router, const float *x,
+                       int64_t n_tok, int64_t d, float *out)
+{
+    const char *on = getenv("HEARTH_CUDA_MOE_DEVICE");
+    if (!on || strcmp(on, "1") != 0 || n_tok > HX_CUDA_GEMV_ROWS || m->sh_gate ||
+        m->n_used > 32 || m->n_expert > HX_CUDA_MOE_EXPERTS || d % 32 || m->d_ff % 32)
+        return false;
+    const moe_tables *t = moe_tables_of(c, m);
+    if (!t || t->like[0].n_in != d || t->like[0].n_out != m->d_ff || t->like[2].n_in != m->d_ff ||
+        t->like[2].n_out != d)
+        return false;
+    const int64_t P = n_tok * m->n_used, F = m->d_ff;
+    const size_t bytes = (size_t)P * 8 + (size_t)(n_tok * d) * 2 + (size_t)(n_tok * d / 32) * 4 +
+                         (size_t)(P * F) * (4 + 4 + 2) + (size_t)(P * F / 32) * 4 +
+                         (size_t)(P * d) * 4 + 8 * 16;
+    hx_err err = {0};
+    if (ensure_half(c, &c->moe_dev, &c->moe_dev_elems, (int64_t)(bytes + 1) / 2, &err) != HX_OK)
+        cuda_die("moe scratch", err.msg, __FILE__, __LINE__);
+    moe_args a;
+    memset(&a, 0, sizeof a);
+    a.router = router, a.x = x, a.out = out;
+    for (int k = 0; k < 3; k++) a.tab[k] = t->tab[k], a.like[k] = t->like[k];
+    a.n_expert = m->n_expert, a.k = m->n_used, a.norm = m->norm_topk, a.act = m->geglu;
+    a.n_tok = n_tok, a.d = d, a.d_ff = F;
+    unsigned char *at = c->moe_dev;
+    a.ids = take(&at, (size_t)P * 4);
+    a.w = take(&at, (size_t)P * 4);
+    a.xq = take(&at, (size_t)(n_tok * d) * 2);
+    a.xd = take(&at, (size_t)(n_tok * d / 32) * 4);
+    a.g = take(&at, (size_t)(P * F) * 4);
+    a.u = take(&at, (size_t)(P * F) * 4);
+    a.hq = take(&at, (size_t)(P * F) * 2);
+    a.hd = take(&at, (size_t)(P * F / 32) * 4);
+    a.y = take(&at, (size_t)(P * d) * 4);
+    record(c, "moe routed", run_moe_routed, &a, sizeof a);
+    return true;
+}
+
 static void cuda_moe(hx_backend *be, const hx_moe *m, const float *router, const float *x,
                      int64_t n_tok, int64_t d_model, float *work, float *out)
 {
     cuda_impl *c = cx(be);
+    if (moe_routed(c, m, router, x, n_tok, d_model, out)) return;
     const int64_t T = n_tok, d = d_model, k = m->n_used, E = m->n_expert;
     const int64_t d_ff = m->d_ff > m->d_ff_sh ? m->d_ff : m->d_ff_sh;
     /* device work: xs [T, d] | g, u [T, d_ff] | y [T, d] */
@@ -1753,6 +1902,9 @@ static void cuda_destroy(hx_backend *be)
         cudaFree(c->half_w);
         cudaFree(c->half_x);
         hx_free(c->moe_host);
+        drop_moe_tables(c);
+        hx_free(c->moe_tabs);
+        cudaFree(c->moe_dev);
         hx_pool_free(c->load_pool);
         cudaFree(c->xq);
         cudaFree(c->att_scratch);

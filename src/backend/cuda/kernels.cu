@@ -362,11 +362,20 @@ __device__ __forceinline__ void sub8(const hx_cuda_wmat &w, int64_t o, int64_t j
 constexpr int GEMV_WARPS = 4;     // warps per block, splitting the length of its rows
 constexpr int GEMV_ROWS = 4; // output rows per block, sharing each activation load
 
+// A routed launch (hx_cuda_gemv_routed): pair p = blockIdx.y multiplies the weight
+// table[ids[p]] by row p / x_div of x, into row p of job[0].out.
+struct gemv_route {
+    const int32_t      *ids;
+    const hx_cuda_wmat *table;
+    int                 x_div;
+};
+
 // The GEMVs of one launch (hx_cuda_gemv): job k's blocks start at block start[k].
 struct gemv_set {
     hx_cuda_gemv_job job[HX_CUDA_GEMV_SET];
     uint32_t         start[HX_CUDA_GEMV_SET];
     int              n;
+    gemv_route       route; // ROUTED kernels only
 };
 static_assert(HX_CUDA_GEMV_SET == 3, "gemv_job picks among three");
 
@@ -380,6 +389,29 @@ __device__ __forceinline__ hx_cuda_gemv_job gemv_job(const gemv_set &set, int64_
         if (k < set.n && blockIdx.x >= set.start[k]) j = k;
     *o0 = (int64_t)(blockIdx.x - set.start[j]) * ROWS;
     return j == 0 ? set.job[0] : j == 1 ? set.job[1] : set.job[2];
+}
+
+// The block's job as gemv_job gives it or, ROUTED, as its pair's route says: the weight its
+// expert's (read after the wait for the kernel ahead, which wrote the ids), the output and x
+// moved to the pair's rows (one row of x: R is 1).
+template <bool ROUTED, typename XQ, typename XD>
+__device__ __forceinline__ hx_cuda_gemv_job gemv_job_of(const gemv_set &set, int64_t *o0, XQ *xq,
+                                                        XD *xd)
+{
+    if constexpr (ROUTED) {
+        after_prior();
+        const int p = (int)blockIdx.y;
+        hx_cuda_gemv_job job = set.job[0];
+        job.w = set.route.table[set.route.ids[p]];
+        job.out += (int64_t)p * job.w.n_out;
+        *o0 = (int64_t)blockIdx.x * GEMV_ROWS;
+        const int64_t row = p / set.route.x_div;
+        *xq += row * job.w.n_in;
+        *xd += row * (job.w.n_in / 32);
+        return job;
+    } else {
+        return gemv_job(set, o0);
+    }
 }
 
 
@@ -541,16 +573,18 @@ __device__ __forceinline__ int x_dot(int a0, int a1, const int (&x0)[2], const i
 // float work is one multiply-add per slice: sum_e (d q_e + m) x_e = dx (d sum q_e xq_e + m sum
 // xq_e). A dequantize-then-FMA slice costs about six instructions per weight, which at ~1 ms
 // of weights per token made the GEMV issue bound; this costs about three.
-template <int DT, int R>
+template <int DT, int R, bool ROUTED = false>
 __global__ void __launch_bounds__(32 * GEMV_WARPS)
     gemv_i8_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,
                    const float *__restrict__ xd, int n_rows)
 {
     int64_t o0;
-    const hx_cuda_gemv_job job = gemv_job(set, &o0);
+    const hx_cuda_gemv_job job = gemv_job_of<ROUTED>(set, &o0, &xq, &xd);
     const hx_cuda_wmat &w = job.w;
-    prefetch_rows(w, o0, GEMV_ROWS);
-    after_prior();
+    if constexpr (!ROUTED) {
+        prefetch_rows(w, o0, GEMV_ROWS);
+        after_prior();
+    }
     const int64_t n8 = w.n_in / 8;
     float acc[GEMV_ROWS][R] = {};
     const int64_t n = (int64_t)n_rows * w.n_in; // the low bytes' offset
@@ -751,16 +785,18 @@ __device__ __forceinline__ void wide_x(const int8_t *xq, const float *xd, int64_
 // block takes units t, t + 128, ... of the rows' length (one pass for a 4,096-wide row of
 // 32-value units), loads the unit's activations once for all batch rows and then, for each of
 // the block's GEMV_ROWS output rows, its codes, with 16 bytes of codes per load.
-template <int DT, int R>
+template <int DT, int R, bool ROUTED = false>
 __global__ void __launch_bounds__(32 * GEMV_WARPS)
     gemv_wide_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,
                      const float *__restrict__ xd, int n_rows)
 {
     int64_t o0;
-    const hx_cuda_gemv_job job = gemv_job(set, &o0);
+    const hx_cuda_gemv_job job = gemv_job_of<ROUTED>(set, &o0, &xq, &xd);
     const hx_cuda_wmat &w = job.w;
-    prefetch_rows(w, o0, GEMV_ROWS);
-    after_prior();
+    if constexpr (!ROUTED) {
+        prefetch_rows(w, o0, GEMV_ROWS);
+        after_prior();
+    }
     constexpr int U = wide_unit<DT>(), NW = U / 4, NB = U / 32;
     const int64_t n_units = w.n_in / U;
     float acc[GEMV_ROWS][R] = {};
@@ -2016,6 +2052,61 @@ __global__ void scatter_add_kernel(float *out, const float *y, const int32_t *ro
     out[(int64_t)rows[r] * d + i % d] += w[r] * y[i];
 }
 
+// A warp per row of router [n_tok, n_expert]: the softmax's n_used largest (hx_moe_route, with
+// the sums in float): lane l keeps the experts l, l + 32, ... (a bit each of `taken`) and the
+// warp takes the largest logit not yet taken, the lower id on a tie, n_used times; lane j keeps
+// choice j.
+__global__ void moe_route_kernel(const float *router, int n_expert, int n_used, int norm,
+                                 int32_t *ids, float *w)
+{
+    after_prior();
+    const int lane = (int)threadIdx.x;
+    const float *l = router + (int64_t)blockIdx.x * n_expert;
+    float mx = -INFINITY;
+    for (int e = lane; e < n_expert; e += 32) mx = fmaxf(mx, l[e]);
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int e = lane; e < n_expert; e += 32) sum += expf(l[e] - mx);
+    sum = warp_sum(sum);
+    uint32_t taken = 0;
+    int mine = 0;
+    float my_p = 0.0f, chosen = 0.0f;
+    for (int j = 0; j < n_used; j++) {
+        float bv = 0.0f;
+        int bi = -1;
+        for (int i = 0, e = lane; e < n_expert; i++, e += 32)
+            if (!((taken >> i) & 1u) && (bi < 0 || l[e] > bv)) bv = l[e], bi = e;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
+        }
+        if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+        const float p = expf(bv - mx) / sum;
+        chosen += p;
+        if (lane == j) mine = bi, my_p = p;
+    }
+    if (lane < n_used) {
+        const int64_t at = (int64_t)blockIdx.x * n_used + lane;
+        ids[at] = mine;
+        w[at] = norm && chosen > 0.0f ? my_p / chosen : my_p;
+    }
+}
+
+// out[t] = sum_j w[t k + j] y[t k + j], rows of d.
+__global__ void moe_combine_kernel(const float *y, const float *w, int k, int64_t d,
+                                   int64_t n_total, float *out)
+{
+    after_prior();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_total) return;
+    const int64_t t = i / d, c = i % d;
+    float s = 0.0f;
+    for (int j = 0; j < k; j++) s += w[t * k + j] * y[(t * k + j) * d + c];
+    out[i] = s;
+}
+
 __global__ void gather_kernel(const float *src, const int32_t *rows, int64_t n_total, int64_t d,
                               float *dst)
 {
@@ -2182,6 +2273,7 @@ int mma_rows(int dtype)
 }
 
 static uint64_t n_streamed; // launches of gemv_stream_kernel (hx_cuda_gemv_streamed)
+static uint64_t n_routed;   // routed GEMV launches (hx_cuda_gemv_routed_count)
 
 template <int DT> struct GemvLaunch {
     // One activation row by gemv_stream_kernel, where it applies (sm_90, every piece of a row a
@@ -2297,6 +2389,32 @@ template <int DT> struct GemvLaunch {
     }
 };
 
+template <int DT> struct RoutedLaunch {
+    static void run(const hx_cuda_wmat *table, const hx_cuda_wmat *like, const int32_t *ids,
+                    int64_t n_pairs, int32_t x_div, const int8_t *xq, const float *xd,
+                    int64_t n_x, float *out, hx_cuda_stream s)
+    {
+        gemv_set set = {};
+        set.job[0].w = *like;
+        set.job[0].out = out;
+        set.n = 1;
+        set.route = {ids, table, x_div};
+        const dim3 g(blocks_for(like->n_out, GEMV_ROWS), (unsigned)n_pairs);
+        const unsigned t = 32 * GEMV_WARPS;
+        const int n = (int)n_x;
+        const bool narrow = DT == HX_DT_MLX4 && like->group_size % 32 != 0;
+        n_routed++;
+        if constexpr (DT == HX_DT_F32 || DT == HX_DT_F16 || DT == HX_DT_BF16)
+            n_routed--; // not a block format: the caller asked hx_cuda_gemv_int8 first
+        else if constexpr (!gemv_wide<DT>())
+            launch(gemv_i8_kernel<DT, 1, true>, g, t, 0, s, set, xq, xd, n);
+        else if (!narrow)
+            launch(gemv_wide_kernel<DT, 1, true>, g, t, 0, s, set, xq, xd, n);
+        else if constexpr (DT == HX_DT_MLX4)
+            launch(gemv_i8_kernel<DT, 1, true>, g, t, 0, s, set, xq, xd, n);
+    }
+};
+
 template <int DT> struct DequantLaunch {
     static void run(const hx_cuda_wmat *w, int64_t o0, int64_t o1, void *dst, int bf16,
                     hx_cuda_stream s)
@@ -2344,6 +2462,32 @@ void hx_cuda_gemv(const hx_cuda_gemv_job *jobs, int n_jobs, const float *x, cons
 uint64_t hx_cuda_gemv_streamed(void)
 {
     return n_streamed;
+}
+
+void hx_cuda_moe_route(const float *router, int64_t n_tok, int32_t n_expert, int32_t n_used,
+                       int norm, int32_t *ids, float *w, hx_cuda_stream s)
+{
+    launch(moe_route_kernel, (unsigned)n_tok, 32, 0, s, router, (int)n_expert, (int)n_used, norm,
+           ids, w);
+}
+
+void hx_cuda_gemv_routed(const hx_cuda_wmat *table, const hx_cuda_wmat *like,
+                         const int32_t *ids, int64_t n_pairs, int32_t x_div, const int8_t *xq,
+                         const float *xd, int64_t n_x, float *out, hx_cuda_stream s)
+{
+    by_dtype<RoutedLaunch>(like->dtype, table, like, ids, n_pairs, x_div, xq, xd, n_x, out, s);
+}
+
+uint64_t hx_cuda_gemv_routed_count(void)
+{
+    return n_routed;
+}
+
+void hx_cuda_moe_combine(const float *y, const float *w, int64_t n_tok, int32_t k, int64_t d,
+                         float *out, hx_cuda_stream s)
+{
+    launch(moe_combine_kernel, blocks_for(n_tok * d), THREADS, 0, s, y, w, (int)k, d, n_tok * d,
+           out);
 }
 
 void hx_cuda_dequant_rows(const hx_cuda_wmat *w, int64_t o0, int64_t o1, void *dst, int bf16,

@@ -145,6 +145,23 @@ void hx_cuda_scatter_add(float *out, const float *y, const int32_t *rows, const 
                          int64_t n, int64_t d, hx_cuda_stream s);
 void hx_cuda_gather_rows(const float *src, const int32_t *rows, int64_t n, int64_t d,
                          float *dst, hx_cuda_stream s);
+/* A mixture of experts' decode rows without a wait for the host (cuda_backend.c cuda_moe). Per
+ * row of router [n_tok, n_expert] (n_expert <= HX_CUDA_MOE_EXPERTS, n_used <= 32): the
+ * softmax's n_used most probable experts (ties: the lower id) into ids [n_tok, n_used] and
+ * their probabilities into w, renormalised to sum 1 when norm (hx_moe_route, sums in float). */
+#define HX_CUDA_MOE_EXPERTS 1024
+void hx_cuda_moe_route(const float *router, int64_t n_tok, int32_t n_expert, int32_t n_used,
+                       int norm, int32_t *ids, float *w, hx_cuda_stream s);
+/* For each of n_pairs pairs p: out[p] [n_out] = table[ids[p]] . x[p / x_div], with x as
+ * hx_cuda_quantize_x left n_x rows of it (xq [2 n_x n_in], xd). table: weights in device memory,
+ * all of like's block format (hx_cuda_gemv_int8) and shape; like: one of them, on the host. */
+void hx_cuda_gemv_routed(const hx_cuda_wmat *table, const hx_cuda_wmat *like,
+                         const int32_t *ids, int64_t n_pairs, int32_t x_div, const int8_t *xq,
+                         const float *xd, int64_t n_x, float *out, hx_cuda_stream s);
+uint64_t hx_cuda_gemv_routed_count(void); /* its launches in the process (for tests) */
+/* out[t] = sum_j w[t k + j] * y[t k + j] for n_tok rows of d (overwritten). */
+void hx_cuda_moe_combine(const float *y, const float *w, int64_t n_tok, int32_t k, int64_t d,
+                         float *out, hx_cuda_stream s);
 /* act 0: silu(gate) * up; 1: gelu_tanh(gate) * up. */
 void hx_cuda_glu(const float *gate, const float *up, int64_t n, int act, float *out,
                  int8_t *xq, float *xd, hx_cuda_stream s);
