@@ -1375,6 +1375,9 @@ static int skip_no_cuda(void)
 #define test_sample          skip_no_cuda
 #define test_replay_new_inputs skip_no_cuda
 #define test_mem_info        skip_no_cuda
+#define test_gemv_stream     skip_no_cuda
+#define test_keep_dequantized skip_no_cuda
+#define test_moe_routed      skip_no_cuda
 #endif
 
 /* Without CUDA in the build (or a GPU on the machine), asking for it is a clear error. */
