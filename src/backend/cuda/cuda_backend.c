@@ -1611,9 +1611,11 @@ static bool moe_routed(cuda_impl *c, const hx_moe *m, const float *router, const
         t->like[2].n_out != d)
         return false;
     const int64_t P = n_tok * m->n_used, F = m->d_ff;
-    const size_t bytes = (size_t)P * 8 + (size_t)(n_tok * d) * 2 + (size_t)(n_tok * d / 32) * 4 +
-                         (size_t)(P * F) * (4 + 4 + 2) + (size_t)(P * F / 32) * 4 +
-                         (size_t)(P * d) * 4 + 8 * 16;
+    /* sized for the most rows at once: growing drops the captured graphs */
+    const int64_t T8 = HX_CUDA_GEMV_ROWS, P8 = T8 * m->n_used;
+    const size_t bytes = (size_t)P8 * 8 + (size_t)(T8 * d) * 2 + (size_t)(T8 * d / 32) * 4 +
+                         (size_t)(P8 * F) * (4 + 4 + 2) + (size_t)(P8 * F / 32) * 4 +
+                         (size_t)(P8 * d) * 4 + 9 * 16;
     hx_err err = {0};
     if (ensure_half(c, &c->moe_dev, &c->moe_dev_elems, (int64_t)(bytes + 1) / 2, &err) != HX_OK)
         cuda_die("moe scratch", err.msg, __FILE__, __LINE__);
