@@ -755,15 +755,21 @@ static void cuda_mem_info(hx_backend *be, int64_t *free_bytes, int64_t *total_by
     *total_bytes = (int64_t)t;
 }
 
+/* Runs what is logged, waits for the GPU and forgets every captured graph. */
+static void drop_graphs(cuda_impl *c)
+{
+    flush(c);
+    CK(cudaStreamSynchronize(c->stream));
+    for (int i = 0; i < c->n_graph; i++) cudaGraphExecDestroy(c->graph[i].exec);
+    c->n_graph = 0;
+}
+
 /* Device buffer *p of at least n 2-byte elements (grown, never shrunk). Captured graphs have
  * the old address baked in (it is not part of a step's signature), so growing drops them. */
 static hx_status ensure_half(cuda_impl *c, void **p, int64_t *have, int64_t n, hx_err *err)
 {
     if (n <= *have) return HX_OK;
-    flush(c);
-    CK(cudaStreamSynchronize(c->stream));
-    for (int i = 0; i < c->n_graph; i++) cudaGraphExecDestroy(c->graph[i].exec);
-    c->n_graph = 0;
+    drop_graphs(c);
     cudaFree(*p);
     *p = NULL;
     *have = 0;
@@ -885,11 +891,7 @@ static int64_t cuda_keep_dequantized(hx_backend *be, int64_t bytes)
     const char *on = getenv("HEARTH_CUDA_F16_WEIGHTS");
     if (!on || strcmp(on, "1") != 0 || bytes <= 0 || c->max_tok <= HX_CUDA_GEMV_ROWS)
         return 0; /* (no step of so few rows reaches a GEMM) */
-    /* graphs captured so far dequantize before their GEMMs: the next steps capture anew */
-    flush(c);
-    CK(cudaStreamSynchronize(c->stream));
-    for (int i = 0; i < c->n_graph; i++) cudaGraphExecDestroy(c->graph[i].exec);
-    c->n_graph = 0;
+    drop_graphs(c); /* those so far dequantize before their GEMMs: the next steps capture anew */
     int64_t kept = 0;
     for (size_t i = 0; i < c->n_weights; i++) {
         uploaded_weight *cw = c->weights[i];
