@@ -314,6 +314,13 @@ static void flush(cuda_impl *c)
     c->args_used = 0;
 }
 
+/* Runs what is logged and waits for the GPU to finish it. */
+static void settle(cuda_impl *c)
+{
+    flush(c);
+    CK(cudaStreamSynchronize(c->stream));
+}
+
 /* Appends an op (its arguments are copied); with HEARTH_CUDA_PROFILE it runs at once, timed. */
 static void record(cuda_impl *c, const char *name, op_fn fn, const void *args, size_t size)
 {
@@ -378,8 +385,7 @@ static const void *stage(cuda_impl *c, const void *src, size_t bytes, size_t pad
         return c->arena_d + e->off;
     HX_ASSERT(bytes <= padded && padded <= ARENA_BYTES);
     if (c->arena_used + padded > ARENA_BYTES) { /* staged bytes may still be unread: run them */
-        flush(c);
-        CK(cudaStreamSynchronize(c->stream));
+        settle(c);
         c->arena_used = 0;
         forget_staged(c);
     }
@@ -758,8 +764,7 @@ static void cuda_mem_info(hx_backend *be, int64_t *free_bytes, int64_t *total_by
 /* Runs what is logged, waits for the GPU and forgets every captured graph. */
 static void drop_graphs(cuda_impl *c)
 {
-    flush(c);
-    CK(cudaStreamSynchronize(c->stream));
+    settle(c);
     for (int i = 0; i < c->n_graph; i++) cudaGraphExecDestroy(c->graph[i].exec);
     c->n_graph = 0;
 }
@@ -848,8 +853,7 @@ static uploaded_weight *uploaded_of(const hx_tensor *w)
 static void drop_moe_tables(cuda_impl *c)
 {
     if (!c->n_moe_tabs) return;
-    flush(c);
-    CK(cudaStreamSynchronize(c->stream));
+    settle(c);
     for (int i = 0; i < c->n_moe_tabs; i++)
         for (int k = 0; k < 3; k++) cudaFree(c->moe_tabs[i].tab[k]);
     c->n_moe_tabs = 0;
@@ -869,8 +873,7 @@ static void cuda_weight_release(hx_backend *be, const hx_tensor *w)
             break;
         }
     if (cw->half) { /* a graph may still read it: let the GPU finish first */
-        flush(c);
-        CK(cudaStreamSynchronize(c->stream));
+        settle(c);
         cudaFree(cw->half);
     }
     wmat_free(&cw->w);
@@ -895,11 +898,9 @@ static int64_t cuda_keep_dequantized(hx_backend *be, int64_t bytes)
     int64_t kept = 0;
     for (size_t i = 0; i < c->n_weights; i++) {
         uploaded_weight *cw = c->weights[i];
-        const int32_t dt = cw->w.dtype;
         const size_t need = (size_t)cw->w.n_out * (size_t)cw->w.n_in * 2;
-        if (cw->half || dt == HX_DT_F32 || dt == HX_DT_F16 || dt == HX_DT_BF16 ||
-            kept + (int64_t)need > bytes)
-            continue; /* a smaller one may still fit */
+        if (cw->half || !hx_cuda_gemv_int8(cw->w.dtype) || kept + (int64_t)need > bytes)
+            continue; /* a float weight needs none; a smaller one may still fit */
         size_t f = 0, t = 0;
         if (cudaMemGetInfo(&f, &t) != cudaSuccess || f < need + DEQUANT_MARGIN ||
             cudaMalloc(&cw->half, need) != cudaSuccess) {
@@ -1589,12 +1590,31 @@ static void run_moe_routed(cuda_impl *c, const void *p)
     hx_cuda_moe_combine(a->y, a->w, a->n_tok, a->k, a->d, a->out, c->stream);
 }
 
-/* 16-byte aligned pieces of a scratch buffer. */
-static void *take(unsigned char **at, size_t bytes)
+/* The next 16-byte aligned piece of `bytes` of a scratch buffer at offset *off of base (NULL:
+ * only counting). */
+static void *take(unsigned char *base, size_t *off, size_t bytes)
 {
-    void *p = *at;
-    *at += (bytes + 15) & ~(size_t)15;
+    void *p = base ? base + *off : NULL;
+    *off += (bytes + 15) & ~(size_t)15;
     return p;
+}
+
+/* Places a's device arrays for its n_tok rows from base on; returns the bytes they span (from
+ * a NULL base: the size to allocate). */
+static size_t moe_layout(moe_args *a, unsigned char *base)
+{
+    const int64_t P = a->n_tok * a->k, F = a->d_ff, n_x = a->n_tok * a->d;
+    size_t off = 0;
+    a->ids = take(base, &off, (size_t)P * 4);
+    a->w = take(base, &off, (size_t)P * 4);
+    a->xq = take(base, &off, (size_t)n_x * 2);
+    a->xd = take(base, &off, (size_t)(n_x / 32) * 4);
+    a->g = take(base, &off, (size_t)(P * F) * 4);
+    a->u = take(base, &off, (size_t)(P * F) * 4);
+    a->hq = take(base, &off, (size_t)(P * F) * 2);
+    a->hd = take(base, &off, (size_t)(P * F / 32) * 4);
+    a->y = take(base, &off, (size_t)(P * a->d) * 4);
+    return off;
 }
 
 /* A decode-sized step of a mixture without a shared expert, routed on the device (opt-in until
@@ -1612,31 +1632,20 @@ static bool moe_routed(cuda_impl *c, const hx_moe *m, const float *router, const
     if (!t || t->like[0].n_in != d || t->like[0].n_out != m->d_ff || t->like[2].n_in != m->d_ff ||
         t->like[2].n_out != d)
         return false;
-    const int64_t P = n_tok * m->n_used, F = m->d_ff;
-    /* sized for the most rows at once: growing drops the captured graphs */
-    const int64_t T8 = HX_CUDA_GEMV_ROWS, P8 = T8 * m->n_used;
-    const size_t bytes = (size_t)P8 * 8 + (size_t)(T8 * d) * 2 + (size_t)(T8 * d / 32) * 4 +
-                         (size_t)(P8 * F) * (4 + 4 + 2) + (size_t)(P8 * F / 32) * 4 +
-                         (size_t)(P8 * d) * 4 + 9 * 16;
-    hx_err err = {0};
-    if (ensure_half(c, &c->moe_dev, &c->moe_dev_elems, (int64_t)(bytes + 1) / 2, &err) != HX_OK)
-        cuda_die("moe scratch", err.msg, __FILE__, __LINE__);
     moe_args a;
     memset(&a, 0, sizeof a);
     a.router = router, a.x = x, a.out = out;
     for (int k = 0; k < 3; k++) a.tab[k] = t->tab[k], a.like[k] = t->like[k];
     a.n_expert = m->n_expert, a.k = m->n_used, a.norm = m->norm_topk, a.act = m->geglu;
-    a.n_tok = n_tok, a.d = d, a.d_ff = F;
-    unsigned char *at = c->moe_dev;
-    a.ids = take(&at, (size_t)P * 4);
-    a.w = take(&at, (size_t)P * 4);
-    a.xq = take(&at, (size_t)(n_tok * d) * 2);
-    a.xd = take(&at, (size_t)(n_tok * d / 32) * 4);
-    a.g = take(&at, (size_t)(P * F) * 4);
-    a.u = take(&at, (size_t)(P * F) * 4);
-    a.hq = take(&at, (size_t)(P * F) * 2);
-    a.hd = take(&at, (size_t)(P * F / 32) * 4);
-    a.y = take(&at, (size_t)(P * d) * 4);
+    a.d = d, a.d_ff = m->d_ff;
+    /* sized for the most rows at once: growing drops the captured graphs */
+    a.n_tok = HX_CUDA_GEMV_ROWS;
+    const size_t bytes = moe_layout(&a, NULL);
+    hx_err err = {0};
+    if (ensure_half(c, &c->moe_dev, &c->moe_dev_elems, (int64_t)(bytes + 1) / 2, &err) != HX_OK)
+        cuda_die("moe scratch", err.msg, __FILE__, __LINE__);
+    a.n_tok = n_tok;
+    moe_layout(&a, c->moe_dev);
     record(c, "moe routed", run_moe_routed, &a, sizeof a);
     return true;
 }

@@ -2275,6 +2275,30 @@ int mma_rows(int dtype)
 static uint64_t n_streamed; // launches of gemv_stream_kernel (hx_cuda_gemv_streamed)
 static uint64_t n_routed;   // routed GEMV launches (hx_cuda_gemv_routed_count)
 
+// Whether DT is a float format (its GEMV reads x as it is, not rounded).
+template <int DT>
+constexpr bool float_dt()
+{
+    return DT == HX_DT_F32 || DT == HX_DT_F16 || DT == HX_DT_BF16;
+}
+
+// The GEMV of R rows over a block format, x rounded (xq, xd): the wide kernel where the format
+// has one and its units do not straddle MLX groups, else the byte-slice one. ROUTED: the
+// launch hx_cuda_gemv_routed makes (R is 1).
+template <int DT, int R, bool ROUTED>
+void launch_int8_gemv(dim3 g, const gemv_set &set, const int8_t *xq, const float *xd, int n,
+                      bool narrow, hx_cuda_stream s)
+{
+    static_assert(!float_dt<DT>(), "float formats take gemv_kernel");
+    const unsigned t = 32 * GEMV_WARPS;
+    if constexpr (!gemv_wide<DT>())
+        launch(gemv_i8_kernel<DT, R, ROUTED>, g, t, 0, s, set, xq, xd, n);
+    else if (!narrow)
+        launch(gemv_wide_kernel<DT, R, ROUTED>, g, t, 0, s, set, xq, xd, n);
+    else if constexpr (DT == HX_DT_MLX4)
+        launch(gemv_i8_kernel<DT, R, ROUTED>, g, t, 0, s, set, xq, xd, n);
+}
+
 template <int DT> struct GemvLaunch {
     // One activation row by gemv_stream_kernel, where it applies (sm_90, every piece of a row a
     // multiple of 16 bytes, at 16-byte aligned addresses, of at most 16 KiB): false when not.
@@ -2377,14 +2401,8 @@ template <int DT> struct GemvLaunch {
         const unsigned g = blocks(GEMV_ROWS), t = 32 * GEMV_WARPS;
         by_rows(n, [&](auto rows) {
             constexpr int R = decltype(rows)::value;
-            if constexpr (DT == HX_DT_F32 || DT == HX_DT_F16 || DT == HX_DT_BF16)
-                launch(gemv_kernel<DT, R>, g, t, 0, s, set, x, n);
-            else if constexpr (!gemv_wide<DT>())
-                launch(gemv_i8_kernel<DT, R>, g, t, 0, s, set, xq, xd, n);
-            else if (!narrow)
-                launch(gemv_wide_kernel<DT, R>, g, t, 0, s, set, xq, xd, n);
-            else if constexpr (DT == HX_DT_MLX4)
-                launch(gemv_i8_kernel<DT, R>, g, t, 0, s, set, xq, xd, n);
+            if constexpr (float_dt<DT>()) launch(gemv_kernel<DT, R>, g, t, 0, s, set, x, n);
+            else launch_int8_gemv<DT, R, false>(g, set, xq, xd, n, narrow, s);
         });
     }
 };
@@ -2400,18 +2418,11 @@ template <int DT> struct RoutedLaunch {
         set.n = 1;
         set.route = {ids, table, x_div};
         const dim3 g(blocks_for(like->n_out, GEMV_ROWS), (unsigned)n_pairs);
-        const unsigned t = 32 * GEMV_WARPS;
-        const int n = (int)n_x;
         const bool narrow = DT == HX_DT_MLX4 && like->group_size % 32 != 0;
-        n_routed++;
-        if constexpr (DT == HX_DT_F32 || DT == HX_DT_F16 || DT == HX_DT_BF16)
-            n_routed--; // not a block format: the caller asked hx_cuda_gemv_int8 first
-        else if constexpr (!gemv_wide<DT>())
-            launch(gemv_i8_kernel<DT, 1, true>, g, t, 0, s, set, xq, xd, n);
-        else if (!narrow)
-            launch(gemv_wide_kernel<DT, 1, true>, g, t, 0, s, set, xq, xd, n);
-        else if constexpr (DT == HX_DT_MLX4)
-            launch(gemv_i8_kernel<DT, 1, true>, g, t, 0, s, set, xq, xd, n);
+        if constexpr (!float_dt<DT>()) { // (the caller asked hx_cuda_gemv_int8 first)
+            launch_int8_gemv<DT, 1, true>(g, set, xq, xd, (int)n_x, narrow, s);
+            n_routed++;
+        }
     }
 };
 
