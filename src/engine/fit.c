@@ -57,7 +57,7 @@
 #define CUDA_BLAS_WS               ((uint64_t)32 << 20) /* BLAS_WS: cuBLAS's fixed workspace */
 #define CUDA_GEMV_ROWS             8    /* HX_CUDA_GEMV_ROWS (kernels.h) */
 #define CUDA_DEC_ROWS              64   /* HX_CUDA_DEC_ROWS (kernels.h) */
-#define CUDA_DEC_SPLITS            16   /* DEC_SPLITS, DEC_COUNTERS (kernels.cu) */
+#define CUDA_DEC_SPLITS            16   /* DEC_SPLITS, DEC_COUNTERS (attention.cu) */
 #define CUDA_DEC_COUNTERS          4096
 #define CUDA_Q6_K_BYTES            224  /* HX_CUDA_Q6_K_BYTES: a padded Q6_K super-block */
 #define DEVICE_BUDGET_PERCENT      95 /* of the free memory: room for what the terms miss */

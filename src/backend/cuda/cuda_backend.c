@@ -1,4 +1,4 @@
-/* cuda_backend.c - the ops table on one NVIDIA GPU (cuda_backend.h); kernels in kernels.cu.
+/* cuda_backend.c - the ops table on one NVIDIA GPU (cuda_backend.h); kernels behind kernels.h.
  *
  * Memory: matmul weights are uploaded once by `weight` in their file formats (kernels.h reads
  * every format); the other tensors an op names (norm weights, biases, the embedding table, the

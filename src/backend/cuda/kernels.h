@@ -1,4 +1,6 @@
-/* kernels.h - the CUDA kernels of the cuda backend, as C-callable launchers (kernels.cu).
+/* kernels.h - the CUDA kernels of the cuda backend, as C-callable launchers (gemv.cu: the
+ * GEMVs; attention.cu: rope, KV cache writes and attention; sample.cu: the sampler's draw;
+ * kernels.cu: the rest).
  *
  * Every launcher queues work on `stream` and returns at once; pointers are device memory unless
  * named h_*. Shapes and layouts are those of backend.h. A weight matrix is described by
@@ -61,7 +63,7 @@ void hx_cuda_gemv(const hx_cuda_gemv_job *jobs, int n_jobs, const float *x, cons
                   const float *xd, int64_t n_rows, hx_cuda_stream s);
 /* With HEARTH_CUDA_STREAM_GEMV=1 in the environment, one row of Q4_0, Q4_1, Q8_0, Q4_K or MLX4
  * on sm_90 goes through a kernel whose weights the bulk copy engine brings into shared memory
- * (kernels.cu says why); this counts its launches in the process, for tests and benchmarks. */
+ * (gemv.cu says why); this counts its launches in the process, for tests and benchmarks. */
 uint64_t hx_cuda_gemv_streamed(void);
 /* x [n] (n a multiple of 32) rounded per 32 values to 16-bit integers kept as two bytes: xq
  * [2 n] (the high bytes, then the low ones), xd [n / 32] (their scale). Per 32 values: d = max

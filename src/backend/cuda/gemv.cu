@@ -1,0 +1,1166 @@
+// gemv.cu - the matrix-vector products of decode (kernels.h: hx_cuda_gemv, hx_cuda_gemv_routed,
+// hx_cuda_quantize_x).
+//
+// Napkin math that shaped them. Decode is a GEMV over every weight once per step: at batch 1
+// an 8B Q4_0 model reads ~4.7 GB per token, ~1 ms at the H200's ~4.5 TB/s, while its 16 GFLOP
+// take ~0.2 ms on the CUDA cores even as plain FMAs; so the GEMV spends its effort on memory
+// parallelism (a block of four warps per four output rows, its threads on adjacent 8-element
+// slices of the rows' length, every row of the batch applied to each dequantized slice while
+// it is in registers). Prefill is matrix bound: weights are dequantized to f16 in row chunks
+// (kernels.cu) and multiplied by cuBLAS on the tensor cores (cuda_backend.c).
+#include "backend/cuda/kernels.cuh"
+
+namespace {
+
+// Before it waits for the kernel ahead (after_prior), a GEMV block asks L2 for its rows of the
+// weight, which nothing in flight writes. Under programmatic dependent launch the block is
+// resident while that kernel (an rmsnorm, the rope, attention, the GLU: short and latency
+// bound, using little of the memory's bandwidth) runs, so a single-wave GEMV's weights stream
+// in during it rather than after. Before sm_90 the block starts only once the kernel ahead has
+// ended, and nothing is asked.
+__device__ __forceinline__ void prefetch_span(const void *p, int64_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const char *c = (const char *)p;
+    for (int64_t off = (int64_t)threadIdx.x * 128; off < bytes; off += (int64_t)blockDim.x * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
+    if (threadIdx.x == 0 && bytes > 0) // the last line, when p was not at a line's start
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(c + bytes - 1));
+#endif
+}
+
+__device__ __forceinline__ void prefetch_rows(const hx_cuda_wmat &w, int64_t o0, int rows)
+{
+    const int64_t n = o0 + rows < w.n_out ? rows : w.n_out - o0;
+    prefetch_span((const uint8_t *)w.q + o0 * w.row_bytes, n * w.row_bytes);
+    if (w.scales) { // per-group scales (and offsets) of those rows
+        const int64_t per_row = w.n_in / w.group_size * (w.sb_dtype == HX_DT_F32 ? 4 : 2);
+        prefetch_span((const uint8_t *)w.scales + o0 * per_row, n * per_row);
+        if (w.biases) prefetch_span((const uint8_t *)w.biases + o0 * per_row, n * per_row);
+    }
+}
+
+// Elements [8 j, 8 j + 8) of row o of a float weight (16 or 32 bytes): the float GEMV's unit,
+// so that the 32 lanes of a warp read 256 consecutive elements of a row (their weight bytes
+// adjacent, their activations one contiguous kilobyte). Same values as sub32.
+template <int DT>
+__device__ __forceinline__ void sub8(const hx_cuda_wmat &w, int64_t o, int64_t j, float v[8])
+{
+    const uint8_t *row = (const uint8_t *)w.q + o * w.row_bytes;
+    if (DT == HX_DT_F32) {
+        const float4 *p = (const float4 *)(row + j * 32);
+        const float4 a = p[0], b = p[1];
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z,
+        v[7] = b.w;
+    } else if (DT == HX_DT_F16 || DT == HX_DT_BF16) {
+        const uint4 a = *(const uint4 *)(row + j * 16);
+        const uint32_t u[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint16_t lo = (uint16_t)u[k], hi = (uint16_t)(u[k] >> 16);
+            v[2 * k] = DT == HX_DT_F16 ? h2f(lo) : bf2f(lo);
+            v[2 * k + 1] = DT == HX_DT_F16 ? h2f(hi) : bf2f(hi);
+        }
+    }
+}
+
+constexpr int GEMV_WARPS = 4;     // warps per block, splitting the length of its rows
+constexpr int GEMV_ROWS = 4; // output rows per block, sharing each activation load
+
+// A routed launch (hx_cuda_gemv_routed): pair p = blockIdx.y multiplies the weight
+// table[ids[p]] by row p / x_div of x, into row p of job[0].out.
+struct gemv_route {
+    const int32_t      *ids;
+    const hx_cuda_wmat *table;
+    int                 x_div;
+};
+
+// The GEMVs of one launch (hx_cuda_gemv): job k's blocks start at block start[k].
+struct gemv_set {
+    hx_cuda_gemv_job job[HX_CUDA_GEMV_SET];
+    uint32_t         start[HX_CUDA_GEMV_SET];
+    int              n;
+    gemv_route       route; // ROUTED kernels only
+};
+static_assert(HX_CUDA_GEMV_SET == 3, "gemv_job picks among three");
+
+// This block's job, and its first output row (blocks of ROWS output rows).
+template <int ROWS = GEMV_ROWS>
+__device__ __forceinline__ hx_cuda_gemv_job gemv_job(const gemv_set &set, int64_t *o0)
+{
+    int j = 0;
+#pragma unroll
+    for (int k = 1; k < HX_CUDA_GEMV_SET; k++)
+        if (k < set.n && blockIdx.x >= set.start[k]) j = k;
+    *o0 = (int64_t)(blockIdx.x - set.start[j]) * ROWS;
+    return j == 0 ? set.job[0] : j == 1 ? set.job[1] : set.job[2];
+}
+
+// The block's job as gemv_job gives it or, ROUTED, as its pair's route says: the weight its
+// expert's (read after the wait for the kernel ahead, which wrote the ids), the output and x
+// moved to the pair's rows (one row of x: R is 1).
+template <bool ROUTED, typename XQ, typename XD>
+__device__ __forceinline__ hx_cuda_gemv_job gemv_job_of(const gemv_set &set, int64_t *o0, XQ *xq,
+                                                        XD *xd)
+{
+    if constexpr (ROUTED) {
+        after_prior();
+        const int p = (int)blockIdx.y;
+        hx_cuda_gemv_job job = set.job[0];
+        job.w = set.route.table[set.route.ids[p]];
+        job.out += (int64_t)p * job.w.n_out;
+        *o0 = (int64_t)blockIdx.x * GEMV_ROWS;
+        const int64_t row = p / set.route.x_div;
+        *xq += row * job.w.n_in;
+        *xd += row * (job.w.n_in / 32);
+        return job;
+    } else {
+        return gemv_job(set, o0);
+    }
+}
+
+
+// Output row o of batch row r, the sum s of its products: with the job's bias, into out (and
+// added into acc).
+__device__ __forceinline__ void gemv_put(const hx_cuda_gemv_job &job, int64_t o, int r, float s)
+{
+    const int64_t n_out = job.w.n_out;
+    s += job.bias ? job.bias[o] : 0.0f;
+    job.out[r * n_out + o] = s;
+    if (job.acc) job.acc[r * n_out + o] += s;
+}
+
+// The end of every GEMV block: each thread holds partial sums acc[k][r] (output row o0 + k,
+// batch row r); the warps' sums meet in shared memory and one thread per (k, r) writes (and
+// adds into the job's acc).
+template <int R, int ROWS = GEMV_ROWS>
+__device__ __forceinline__ void gemv_store(const float (&acc)[ROWS][R], int64_t o0,
+                                           int n_rows, const hx_cuda_gemv_job &job)
+{
+    const int64_t n_out = job.w.n_out;
+    __shared__ float part[GEMV_WARPS][ROWS][R];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int k = 0; k < ROWS; k++) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float s = warp_sum(acc[k][r]);
+            if (lane == 0) part[warp][k][r] = s;
+        }
+    }
+    __syncthreads();
+    const int k = threadIdx.x / R, r = threadIdx.x % R;
+    if (k < ROWS && r < n_rows && o0 + k < n_out) {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < GEMV_WARPS; i++) s += part[i][k][r];
+        gemv_put(job, o0 + k, r, s);
+    }
+}
+
+// A block computes GEMV_ROWS output rows for up to R activation rows, its 128 threads
+// taking 8-element slices lane + 32 w, + 128, ... of the row's length. Per slice a thread
+// loads 8 activations of each batch row once (the block reads 4 KiB contiguous) and then, for
+// each of the block's output rows, dequantizes the matching 8 weights and accumulates: the
+// activations are read from L1 once per four weight rows, each thread has four independent
+// weight loads in flight, and a 4,096-row matrix is 1,024 blocks (about 31 warps per SM)
+// each chaining only n_in / 1,024 trips to memory. The four warps' sums meet in shared memory.
+template <int DT, int R>
+__global__ void __launch_bounds__(32 * GEMV_WARPS)
+    gemv_kernel(const __grid_constant__ gemv_set set, const float *__restrict__ x, int n_rows)
+{
+    int64_t o0;
+    const hx_cuda_gemv_job job = gemv_job(set, &o0);
+    const hx_cuda_wmat &w = job.w;
+    prefetch_rows(w, o0, GEMV_ROWS);
+    after_prior();
+    const int64_t n8 = w.n_in / 8;
+    float acc[GEMV_ROWS][R] = {};
+#pragma unroll 2
+    for (int64_t j = threadIdx.x; j < n8; j += 32 * GEMV_WARPS) {
+        float xv[R][8];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r < n_rows) {
+                const float4 *xr = (const float4 *)(x + r * w.n_in + j * 8);
+                const float4 a = __ldg(xr), b = __ldg(xr + 1);
+                xv[r][0] = a.x, xv[r][1] = a.y, xv[r][2] = a.z, xv[r][3] = a.w;
+                xv[r][4] = b.x, xv[r][5] = b.y, xv[r][6] = b.z, xv[r][7] = b.w;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < GEMV_ROWS; k++) {
+            const int64_t o = o0 + k < w.n_out ? o0 + k : w.n_out - 1;
+            float v[8];
+            sub8<DT>(w, o, j, v);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (r < n_rows) {
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[k][r] += v[e] * xv[r][e];
+                }
+            }
+        }
+    }
+    gemv_store<R>(acc, o0, n_rows, job);
+}
+
+// Elements [8 j, 8 j + 8) of row o of w as eight integers q (bytes of w0 then w1, in element
+// order) with the value of element e being d * q_e + m: the int8 GEMV's unit for the K-quants
+// and MLX. The 4-, 5- and 6-bit codes are non-negative bytes; MLX 8-bit codes are moved to
+// signed by q - 128 (m absorbs 128 d). Same values as sub32.
+template <int DT>
+__device__ __forceinline__ void subi8(const hx_cuda_wmat &w, int64_t o, int64_t j, int *w0,
+                                      int *w1, float *d, float *m)
+{
+    const uint8_t *row = (const uint8_t *)w.q + o * w.row_bytes;
+    const int q = (int)(j & 3);
+    constexpr uint32_t LO4 = 0x0F0F0F0Fu;
+    if (DT == HX_DT_Q4_K || DT == HX_DT_Q5_K) {
+        const int sb = (int)((j >> 2) & 7);
+        const uint8_t *p = row + (j >> 5) * (DT == HX_DT_Q4_K ? 144 : 176);
+        int sc, mn;
+        k_scale_min(p + 4, sb, &sc, &mn);
+        *d = h2f(ld_u16(p)) * (float)sc;
+        *m = -h2f(ld_u16(p + 2)) * (float)mn;
+        const uint2 b = *(const uint2 *)(p + (DT == HX_DT_Q4_K ? 16 : 48) + 32 * (sb >> 1) + 8 * q);
+        const int sh = (sb & 1) * 4;
+        uint32_t a0 = (b.x >> sh) & LO4, a1 = (b.y >> sh) & LO4;
+        if (DT == HX_DT_Q5_K) {
+            const uint2 hb = *(const uint2 *)(p + 16 + 8 * q);
+            a0 |= ((hb.x >> sb) & 0x01010101u) << 4;
+            a1 |= ((hb.y >> sb) & 0x01010101u) << 4;
+        }
+        *w0 = (int)a0;
+        *w1 = (int)a1;
+    } else if (DT == HX_DT_Q6_K) {
+        const int sb = (int)((j >> 2) & 7), half = sb >> 2, t = sb & 3;
+        const uint8_t *p = row + (j >> 5) * HX_CUDA_Q6_K_BYTES; // 16-byte aligned: one load each
+        const uint2 ql = *(const uint2 *)(p + 64 * half + 32 * (t & 1) + 8 * q);
+        const uint2 qh = *(const uint2 *)(p + 128 + 32 * half + 8 * q);
+        *d = h2f(ld_u16(p + 208)) * (float)((const int8_t *)(p + 192 + 8 * half + 2 * t))[q >> 1];
+        *m = -32.0f * *d;
+        const uint32_t l0 = ql.x, l1 = ql.y, h0 = qh.x, h1 = qh.y;
+        const int sl = (t >> 1) * 4;
+        *w0 = (int)(((l0 >> sl) & LO4) | (((h0 >> (2 * t)) & 0x03030303u) << 4));
+        *w1 = (int)(((l1 >> sl) & LO4) | (((h1 >> (2 * t)) & 0x03030303u) << 4));
+    } else if (DT == HX_DT_MLX4 || DT == HX_DT_MLX8) {
+        const int64_t g = o * (w.n_in / w.group_size) + j * 8 / w.group_size;
+        const float sc = load_sb(w.scales, w.sb_dtype, g), bi = load_sb(w.biases, w.sb_dtype, g);
+        *d = sc;
+        if (DT == HX_DT_MLX4) {
+            // nibble k of u is element k: evens in the low nibbles, odds in the high ones
+            const uint32_t u = *(const uint32_t *)(row + j * 4);
+            const uint32_t ev = u & LO4, od = (u >> 4) & LO4;
+            *w0 = (int)__byte_perm(ev, od, 0x5140);
+            *w1 = (int)__byte_perm(ev, od, 0x7362);
+            *m = bi;
+        } else {
+            const uint2 u = *(const uint2 *)(row + j * 8);
+            *w0 = (int)(u.x ^ 0x80808080u);
+            *w1 = (int)(u.y ^ 0x80808080u);
+            *m = bi + 128.0f * sc;
+        }
+    }
+}
+
+// The dot product of 8 weight codes (words a0, a1) with 8 values of x as the GEMV reads it
+// (kernels.h): 256 times that of their high bytes (x0[0], x1[0]) plus that of their low
+// bytes, in units of x's scale. |result| < 2^31 for codes of up to 8 bits.
+__device__ __forceinline__ int x_dot(int a0, int a1, const int (&x0)[2], const int (&x1)[2])
+{
+    return __dp4a(a0, x0[1], __dp4a(a1, x1[1], 256 * __dp4a(a0, x0[0], __dp4a(a1, x1[0], 0))));
+}
+
+// The GEMV over a block format, with x rounded to 16-bit integers per 32 values
+// (hx_cuda_quantize_x): the same blocks, threads and slices as gemv_kernel, but each 8-element
+// slice is four dp4a (four byte products each) against the weight's integer codes, and the
+// float work is one multiply-add per slice: sum_e (d q_e + m) x_e = dx (d sum q_e xq_e + m sum
+// xq_e). A dequantize-then-FMA slice costs about six instructions per weight, which at ~1 ms
+// of weights per token made the GEMV issue bound; this costs about three.
+template <int DT, int R, bool ROUTED = false>
+__global__ void __launch_bounds__(32 * GEMV_WARPS)
+    gemv_i8_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,
+                   const float *__restrict__ xd, int n_rows)
+{
+    int64_t o0;
+    const hx_cuda_gemv_job job = gemv_job_of<ROUTED>(set, &o0, &xq, &xd);
+    const hx_cuda_wmat &w = job.w;
+    if constexpr (!ROUTED) {
+        prefetch_rows(w, o0, GEMV_ROWS);
+        after_prior();
+    }
+    const int64_t n8 = w.n_in / 8;
+    float acc[GEMV_ROWS][R] = {};
+    const int64_t n = (int64_t)n_rows * w.n_in; // the low bytes' offset
+#pragma unroll 2
+    for (int64_t j = threadIdx.x; j < n8; j += 32 * GEMV_WARPS) {
+        int x0[R][2], x1[R][2], xs[R];
+        float dx[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r < n_rows) {
+#pragma unroll
+                for (int t = 0; t < 2; t++) {
+                    const uint2 u = __ldg((const uint2 *)(xq + t * n + r * w.n_in + j * 8));
+                    x0[r][t] = (int)u.x;
+                    x1[r][t] = (int)u.y;
+                }
+                dx[r] = __ldg(xd + r * (w.n_in / 32) + (j >> 2));
+                xs[r] = x_dot(0x01010101, 0x01010101, x0[r], x1[r]);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < GEMV_ROWS; k++) {
+            const int64_t o = o0 + k < w.n_out ? o0 + k : w.n_out - 1;
+            int a0, a1;
+            float d, m;
+            subi8<DT>(w, o, j, &a0, &a1, &d, &m);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (r < n_rows) {
+                    const int dot = x_dot(a0, a1, x0[r], x1[r]);
+                    acc[k][r] += dx[r] * (d * (float)dot + m * (float)xs[r]);
+                }
+            }
+        }
+    }
+    gemv_store<R>(acc, o0, n_rows, job);
+}
+
+// The formats whose GEMV reads wide: a thread takes a unit of UNIT values of a row whose codes
+// are one or two aligned 16-byte loads. Q4_0, Q4_1 and Q8_0 (uploaded with their codes apart
+// from their scales, kernels.h): a 32-value block. MLX 4-bit: 32 values of a group. Q4_K: the
+// 64 values of two sub-blocks sharing 32 bytes of codes (low nibbles, then high) in a 144-byte
+// super-block.
+template <int DT>
+constexpr bool gemv_wide()
+{
+    return DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1 || DT == HX_DT_Q8_0 || DT == HX_DT_MLX4 ||
+           DT == HX_DT_Q4_K;
+}
+
+template <int DT>
+constexpr int wide_unit()
+{
+    return DT == HX_DT_Q4_K ? 64 : 32;
+}
+
+// sum_k c[k] . x[k] over N words of 4 codes, with x as the GEMV reads it (kernels.h): 256 times
+// the dot product with its high bytes xh plus that with its low bytes xl, in units of x's scale.
+template <int N>
+__device__ __forceinline__ int x_dot_words(const uint32_t *c, const int *xh, const int *xl)
+{
+    int h = 0;
+#pragma unroll
+    for (int k = 0; k < N; k++) h = __dp4a((int)c[k], xh[k], h);
+    int v = 256 * h;
+#pragma unroll
+    for (int k = 0; k < N; k++) v = __dp4a((int)c[k], xl[k], v);
+    return v;
+}
+
+// A weight load: through the read-only cache from global memory, or a plain load from shared
+// memory (SH).
+template <bool SH, typename T>
+__device__ __forceinline__ T ld_w(const T *p)
+{
+    if constexpr (SH) return *p;
+    else return __ldg(p);
+}
+
+// sum over unit u of row o of (d q + m) x, with x given as words xw of 4 values each in order
+// (xw[0] the high bytes, xw[1] the low ones), their sums xs and scales dx per 32 values: integer
+// dot products (dp4a) per 32 values, then one multiply-add. MLX's nibbles are in a word's order
+// (value e in bits 4e), so its x words come in even/odd order (words 0..3 the even values of
+// each 8, 4..7 the odd ones). SH: w's arrays are in shared memory (the streamed GEMV's stages).
+template <int DT, bool SH = false>
+__device__ __forceinline__ float wide_dot(const hx_cuda_wmat &w, int64_t o, int64_t u,
+                                          const int (&xw)[2][wide_unit<DT>() / 4],
+                                          const int (&xs)[wide_unit<DT>() / 32],
+                                          const float (&dx)[wide_unit<DT>() / 32])
+{
+    constexpr uint32_t LO4 = 0x0F0F0F0Fu;
+    const uint8_t *row = (const uint8_t *)w.q + o * w.row_bytes;
+    if constexpr (DT == HX_DT_Q4_K) {
+        const uint8_t *p = row + (u >> 2) * 144;
+        const int i = (int)(u & 3);
+        const uint4 a = ld_w<SH>((const uint4 *)(p + 16 + 32 * i)),
+                    b = ld_w<SH>((const uint4 *)(p + 32 + 32 * i));
+        const uint32_t c[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        const uint32_t dd = ld_w<SH>((const uint32_t *)p);
+        const uint32_t s0 = ld_w<SH>((const uint32_t *)(p + 4)),
+                       s1 = ld_w<SH>((const uint32_t *)(p + 8)),
+                       s2 = ld_w<SH>((const uint32_t *)(p + 12));
+        uint8_t sc[12];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            sc[k] = (uint8_t)(s0 >> (8 * k));
+            sc[4 + k] = (uint8_t)(s1 >> (8 * k));
+            sc[8 + k] = (uint8_t)(s2 >> (8 * k));
+        }
+        uint32_t lo4[8], hi4[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            lo4[k] = c[k] & LO4;
+            hi4[k] = (c[k] >> 4) & LO4;
+        }
+        const int lo = x_dot_words<8>(lo4, xw[0], xw[1]);
+        const int hi = x_dot_words<8>(hi4, xw[0] + 8, xw[1] + 8);
+        int sc0, mn0, sc1, mn1;
+        k_scale_min(sc, 2 * i, &sc0, &mn0);
+        k_scale_min(sc, 2 * i + 1, &sc1, &mn1);
+        const float d = h2f((uint16_t)dd), dmin = h2f((uint16_t)(dd >> 16));
+        return dx[0] * (d * (float)sc0 * (float)lo - dmin * (float)(mn0 * xs[0])) +
+               dx[1] * (d * (float)sc1 * (float)hi - dmin * (float)(mn1 * xs[1]));
+    } else {
+        uint32_t c[8];
+        float d, m;
+        if constexpr (DT == HX_DT_MLX4) {
+            const uint4 a = ld_w<SH>((const uint4 *)(row + 16 * u));
+            const uint32_t a4[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                c[k] = a4[k] & LO4;
+                c[4 + k] = (a4[k] >> 4) & LO4;
+            }
+            const int64_t g = o * (w.n_in / w.group_size) + 32 * u / w.group_size;
+            d = load_sb(w.scales, w.sb_dtype, g);
+            m = load_sb(w.biases, w.sb_dtype, g);
+        } else {
+            constexpr int QB = DT == HX_DT_Q8_0 ? 32 : 16; // code bytes per block
+            const uint8_t *q = row + u * QB;
+            const uint4 a = ld_w<SH>((const uint4 *)q);
+            c[0] = a.x, c[1] = a.y, c[2] = a.z, c[3] = a.w;
+            if constexpr (DT == HX_DT_Q8_0) {
+                const uint4 b = ld_w<SH>((const uint4 *)q + 1);
+                c[4] = b.x, c[5] = b.y, c[6] = b.z, c[7] = b.w;
+            } else { // byte i holds value i (low nibble) and value i + 16 (high)
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    c[4 + k] = (c[k] >> 4) & LO4;
+                    c[k] &= LO4;
+                }
+            }
+            b32_scale<DT>(w, o, u, &d, &m);
+        }
+        return dx[0] * (d * (float)x_dot_words<8>(c, xw[0], xw[1]) + m * (float)xs[0]);
+    }
+}
+
+// Unit u of an activation row as wide_dot takes it: its words xw (high bytes, then low ones, n
+// bytes apart in xq), their sums xs and the scales dx of its 32-value pieces.
+template <int DT>
+__device__ __forceinline__ void wide_x(const int8_t *xq, const float *xd, int64_t n, int64_t u,
+                                       int (&xw)[2][wide_unit<DT>() / 4],
+                                       int (&xs)[wide_unit<DT>() / 32],
+                                       float (&dx)[wide_unit<DT>() / 32])
+{
+    constexpr int U = wide_unit<DT>(), NW = U / 4, NB = U / 32;
+#pragma unroll
+    for (int t = 0; t < 2; t++) {
+        const uint4 *p = (const uint4 *)(xq + t * n + u * U);
+#pragma unroll
+        for (int k = 0; k < NW / 4; k++) {
+            const uint4 a = __ldg(p + k);
+            xw[t][4 * k] = (int)a.x, xw[t][4 * k + 1] = (int)a.y;
+            xw[t][4 * k + 2] = (int)a.z, xw[t][4 * k + 3] = (int)a.w;
+        }
+        if constexpr (DT == HX_DT_MLX4) { // to even/odd order (see wide_dot)
+            int e[8];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                e[k] = (int)__byte_perm(xw[t][2 * k], xw[t][2 * k + 1], 0x6420);
+                e[4 + k] = (int)__byte_perm(xw[t][2 * k], xw[t][2 * k + 1], 0x7531);
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) xw[t][k] = e[k];
+        }
+    }
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        dx[b] = __ldg(xd + u * NB + b);
+        const uint32_t ones[8] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u,
+                                  0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
+        xs[b] = x_dot_words<8>(ones, xw[0] + 8 * b, xw[1] + 8 * b);
+    }
+}
+
+// The GEMV over the wide formats with x as 16-bit integers (hx_cuda_quantize_x): thread t of the
+// block takes units t, t + 128, ... of the rows' length (one pass for a 4,096-wide row of
+// 32-value units), loads the unit's activations once for all batch rows and then, for each of
+// the block's GEMV_ROWS output rows, its codes, with 16 bytes of codes per load.
+template <int DT, int R, bool ROUTED = false>
+__global__ void __launch_bounds__(32 * GEMV_WARPS)
+    gemv_wide_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,
+                     const float *__restrict__ xd, int n_rows)
+{
+    int64_t o0;
+    const hx_cuda_gemv_job job = gemv_job_of<ROUTED>(set, &o0, &xq, &xd);
+    const hx_cuda_wmat &w = job.w;
+    if constexpr (!ROUTED) {
+        prefetch_rows(w, o0, GEMV_ROWS);
+        after_prior();
+    }
+    constexpr int U = wide_unit<DT>(), NW = U / 4, NB = U / 32;
+    const int64_t n_units = w.n_in / U;
+    float acc[GEMV_ROWS][R] = {};
+    const int64_t n = (int64_t)n_rows * w.n_in; // the low bytes' offset
+    // Q4_K: two units' loads in flight (its rows are several trips a thread; measured +11% on
+    // an 8B decode); the 32-value formats lost 10% so (registers, fewer blocks an SM)
+#pragma unroll(DT == HX_DT_Q4_K ? 2 : 1)
+    for (int64_t u = threadIdx.x; u < n_units; u += 32 * GEMV_WARPS) {
+        int xw[R][2][NW], xs[R][NB];
+        float dx[R][NB];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < n_rows)
+                wide_x<DT>(xq + r * w.n_in, xd + r * (w.n_in / 32), n, u, xw[r], xs[r], dx[r]);
+#pragma unroll
+        for (int k = 0; k < GEMV_ROWS; k++) {
+            const int64_t o = o0 + k < w.n_out ? o0 + k : w.n_out - 1;
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (r < n_rows) acc[k][r] += wide_dot<DT>(w, o, u, xw[r], xs[r], dx[r]);
+        }
+    }
+    gemv_store<R>(acc, o0, n_rows, job);
+}
+
+// ---- the streamed GEMV: one activation row, the weights brought by the bulk copy engine ----
+//
+// At one row the GEMV above reads 1.3-3.3 TB/s of an H200's 4.5 (hx-gpu-kernels, weights not in
+// L2): each block loads its four rows once, then reduces and ends, and while its threads add up
+// no load of theirs is in flight. Here a block stays for the whole launch and takes chunks of S
+// rows in turn (chunk blockIdx.x, + gridDim.x, ...); one thread asks the copy engine
+// (cp.async.bulk, sm_90) for each chunk's codes, scales and offsets into one of STREAM_STAGES
+// shared buffers, STREAM_STAGES chunks ahead of the threads, which compute from shared memory
+// (wide_dot, as above) and reduce while later chunks arrive. The first chunks are asked for
+// before the wait for the kernel ahead (nothing in flight writes a weight).
+// Opt-in (HEARTH_CUDA_STREAM_GEMV=1) until it is measured: it was written in a session with no
+// GPU lent; test_cuda_ops's gemv_stream case checks it against the CPU, docs/performance.md
+// says how to time it against the GEMV above.
+constexpr int STREAM_THREADS = 128;
+constexpr int STREAM_STAGES = 4;
+
+__device__ __forceinline__ void bar_init(uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
+#endif
+}
+
+// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) to shared memory, counted
+// on bar (whose expected count of bytes the caller has set).
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes,
+                                          uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];" ::"r"(smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+#endif
+}
+
+__device__ __forceinline__ void bar_expect(uint64_t *bar, uint32_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+                 "r"(bytes)
+                 : "memory");
+#endif
+}
+
+// Waits for phase `parity` of bar to complete (its bytes arrived).
+__device__ __forceinline__ void bar_wait(uint64_t *bar, uint32_t parity)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n"
+                 ".reg .pred done;\n"
+                 "WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT_%=;\n"
+                 "}" ::"r"(smem_addr(bar)),
+                 "r"(parity)
+                 : "memory");
+#endif
+}
+
+// Bytes per row of a weight's codes, scales and offsets (the pieces a stage holds S rows of).
+struct stream_row {
+    uint32_t q, sb, bi;
+};
+
+__host__ __device__ inline stream_row stream_bytes(const hx_cuda_wmat &w)
+{
+    const uint32_t sb = w.scales ? (uint32_t)(w.n_in / w.group_size *
+                                              (w.sb_dtype == HX_DT_F32 ? 4 : 2))
+                                 : 0;
+    return {(uint32_t)w.row_bytes, sb, w.biases ? sb : 0};
+}
+
+// Chunk c of the set: its job, first row and rows (set.start counts chunks of S rows).
+template <int S>
+__device__ __forceinline__ int stream_chunk(const gemv_set &set, uint32_t c, int64_t *o0,
+                                            int *rows)
+{
+    int j = 0;
+#pragma unroll
+    for (int k = 1; k < HX_CUDA_GEMV_SET; k++)
+        if (k < set.n && c >= set.start[k]) j = k;
+    *o0 = (int64_t)(c - set.start[j]) * S;
+    const int64_t n_out = set.job[j].w.n_out;
+    *rows = (int)(n_out - *o0 < S ? n_out - *o0 : S);
+    return j;
+}
+
+template <int DT, int S>
+__global__ void __launch_bounds__(STREAM_THREADS)
+    gemv_stream_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,
+                       const float *__restrict__ xd, uint32_t n_chunks)
+{
+    extern __shared__ __align__(128) uint8_t stage[];
+    __shared__ uint64_t full[STREAM_STAGES];
+    const stream_row rb = stream_bytes(set.job[0].w); // every job of a set has the same n_in
+    const uint32_t per = rb.q + rb.sb + rb.bi, stage_bytes = S * per;
+    // thread 0 asks for chunk c into buffer b
+    auto ask = [&](uint32_t c, int b) {
+        int64_t o0;
+        int rows;
+        const hx_cuda_wmat &w = set.job[stream_chunk<S>(set, c, &o0, &rows)].w;
+        uint8_t *dst = stage + (size_t)b * stage_bytes;
+        bar_expect(&full[b], rows * per);
+        bulk_load(dst, (const uint8_t *)w.q + o0 * rb.q, rows * rb.q, &full[b]);
+        if (rb.sb)
+            bulk_load(dst + S * rb.q, (const uint8_t *)w.scales + o0 * rb.sb, rows * rb.sb,
+                      &full[b]);
+        if (rb.bi)
+            bulk_load(dst + S * (rb.q + rb.sb), (const uint8_t *)w.biases + o0 * rb.bi,
+                      rows * rb.bi, &full[b]);
+    };
+    if (threadIdx.x == 0) {
+        for (int b = 0; b < STREAM_STAGES; b++) bar_init(&full[b]);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+        for (int b = 0; b < STREAM_STAGES; b++)
+            if (blockIdx.x + b * gridDim.x < n_chunks) ask(blockIdx.x + b * gridDim.x, b);
+    }
+    __syncthreads();
+    after_prior();
+    constexpr int U = wide_unit<DT>(), NW = U / 4, NB = U / 32;
+    const int64_t n_in = set.job[0].w.n_in, n_units = n_in / U;
+    int it = 0;
+    for (uint32_t c = blockIdx.x; c < n_chunks; c += gridDim.x, it++) {
+        const int b = it % STREAM_STAGES;
+        int64_t o0;
+        int rows;
+        const hx_cuda_gemv_job &job = set.job[stream_chunk<S>(set, c, &o0, &rows)];
+        // the stage as a weight of S rows (row k of the chunk is its row k)
+        hx_cuda_wmat w = job.w;
+        uint8_t *base = stage + (size_t)b * stage_bytes;
+        w.q = base;
+        w.scales = rb.sb ? base + S * rb.q : NULL;
+        w.biases = rb.bi ? base + S * (rb.q + rb.sb) : NULL;
+        bar_wait(&full[b], (uint32_t)(it / STREAM_STAGES) & 1);
+        float acc[S][1] = {};
+        for (int64_t u = threadIdx.x; u < n_units; u += STREAM_THREADS) {
+            int xw[2][NW], xs[NB];
+            float dx[NB];
+            wide_x<DT>(xq, xd, n_in, u, xw, xs, dx);
+#pragma unroll
+            for (int k = 0; k < S; k++)
+                acc[k][0] += wide_dot<DT, true>(w, k < rows ? k : rows - 1, u, xw, xs, dx);
+        }
+        __syncthreads(); // every thread is done with buffer b: it takes the chunk STAGES on
+        const uint32_t next = c + STREAM_STAGES * gridDim.x;
+        if (threadIdx.x == 0 && next < n_chunks) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+            ask(next, b);
+        }
+        gemv_store<1, S>(acc, o0, 1, job);
+    }
+}
+
+// ---- the tensor-core GEMV, 3 or 5 to 8 rows ----
+//
+// Beyond one row the GEMVs above are bound by arithmetic, not by the weights they share: each
+// batch row costs its own dp4a per weight word, so 8 rows took 8 times one row's time (14336 x
+// 4096 Q4_0: 9.8 us at 1 row, 83 at 8). Here the weights are the A operand of int8 MMAs
+// (mma.sync m16n8k32: 16 output rows by one 32-value block) and the batch rows are the 8
+// columns of B, x's high bytes in one MMA and its low bytes in another, so that 8 rows cost
+// little more than 2 (33 us at 8). For the formats with one scale (and offset) per row and
+// 32-value block: Q4_0 (its codes moved to -8..7, no offset), Q4_1 and Q8_0 (uploaded as codes
+// apart from scales), and Q4_K (scale and offset per 32 values in each super-block). At one
+// row it is 2-3x slower than gemv_wide_kernel (ncu: DRAM 17% busy, the SMs 46%, so issue and
+// not memory bound; not yet understood), hence mma_rows.
+constexpr int MMA_WARPS = 8;
+constexpr int MMA_ROWS = 16;
+constexpr int MMA_KC = 32;    // blocks of 32 values per stage
+constexpr int MMA_STAGES = 4; // shared buffers of a block (one in use, the rest in flight)
+
+template <int DT>
+constexpr bool gemv_mma()
+{
+    return DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1 || DT == HX_DT_Q8_0 || DT == HX_DT_Q4_K;
+}
+
+// c += a . b for the int8 m16n8k32 fragments (PTX ISA, "mma.m16n8k32"): thread (g, t) = (lane /
+// 4, lane % 4) holds a = A[g][4t..], A[g+8][4t..], A[g][16+4t..], A[g+8][16+4t..], b = B[4t..][g],
+// B[16+4t..][g] and c = C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1].
+__device__ __forceinline__ void mma_s8(int (&c)[4], const int (&a)[4], int b0, int b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else // never launched there (mma_rows)
+    (void)a, (void)b0, (void)b1;
+    c[0] = c[1] = c[2] = c[3] = 0;
+#endif
+}
+
+// The A fragment's two words of block b of a staged row, for thread t of the quad: values
+// 4t..4t+3 in *lo, 16+4t..16+4t+3 in *hi, as signed bytes. Q4_0/Q4_1: byte i of a block holds
+// value i (low nibble) and i + 16 (high); Q8_0: byte i, value i; Q4_K: sub-block s of a
+// super-block is the low (s even) or high nibbles of the 32 bytes at 16 + 32 (s / 2), byte i
+// value i.
+template <int DT>
+__device__ __forceinline__ void mma_codes(const uint8_t *row, int b, int t, int *lo, int *hi)
+{
+    constexpr uint32_t LO4 = 0x0F0F0F0Fu, B3 = 0x08080808u;
+    if constexpr (DT == HX_DT_Q8_0) {
+        *lo = *(const int *)(row + 32 * b + 4 * t);
+        *hi = *(const int *)(row + 32 * b + 16 + 4 * t);
+    } else if constexpr (DT == HX_DT_Q4_K) {
+        const int s = b & 7;
+        const uint8_t *q = row + (b >> 3) * 144 + 16 + 32 * (s >> 1) + 4 * t;
+        const int sh = 4 * (s & 1);
+        *lo = (int)((*(const uint32_t *)q >> sh) & LO4);
+        *hi = (int)((*(const uint32_t *)(q + 16) >> sh) & LO4);
+    } else {
+        const uint32_t w = *(const uint32_t *)(row + 16 * b + 4 * t);
+        uint32_t l = w & LO4, h = (w >> 4) & LO4;
+        if constexpr (DT == HX_DT_Q4_0) { // q - 8: bit 3 flipped, then sign-extended
+            l ^= B3, h ^= B3;
+            l |= (l & B3) * 0x1Eu, h |= (h & B3) * 0x1Eu;
+        }
+        *lo = (int)l;
+        *hi = (int)h;
+    }
+}
+
+// One stage of a block's staged inputs, MMA_KC blocks of 32 values: its 16 rows' codes, scales
+// (and Q4_1 offsets; Q4_K: whole super-blocks), and x's n_rows rows (high bytes, low bytes,
+// scales). Rows are padded by 16 bytes so that the 8 rows a fragment load reads fall in
+// different banks. x's part is sized by n_rows, so that one row leaves room for more stages.
+template <int DT>
+struct mma_stage {
+    // bytes per 32-value block of a row (Q4_K: a super-block's 144 bytes for 8, scales in them)
+    static constexpr int QB = DT == HX_DT_Q8_0 ? 32 : DT == HX_DT_Q4_K ? 18 : 16;
+    static constexpr int WR = MMA_KC * QB + 16, XR = MMA_KC * 32 + 16, SR = MMA_KC + 8;
+    static constexpr int N_SB = DT == HX_DT_Q4_K ? 0 : DT == HX_DT_Q4_1 ? 2 : 1; // d, m arrays
+    static constexpr int FIXED = MMA_ROWS * WR + MMA_ROWS * SR * 2 * N_SB;
+    uint8_t        *w, *x;  // [MMA_ROWS][WR]; [2][n_rows][XR]
+    uint16_t       *d, *m;  // [MMA_ROWS][SR] each
+    float          *xd;     // [n_rows][MMA_KC]
+    int             n_rows;
+    __host__ __device__ static constexpr int bytes(int n_rows) // a multiple of 16
+    {
+        return FIXED + n_rows * (2 * XR + MMA_KC * 4);
+    }
+    __device__ mma_stage(uint8_t *p, int rows) : n_rows(rows)
+    {
+        w = p;
+        d = (uint16_t *)(p + MMA_ROWS * WR);
+        m = d + (N_SB == 2 ? MMA_ROWS * SR : 0);
+        x = p + FIXED;
+        xd = (float *)(x + 2 * rows * XR);
+    }
+};
+
+// Scale d and offset m of block b of staged row `row` (value = d q + m).
+template <int DT>
+__device__ __forceinline__ void mma_scale(const mma_stage<DT> &s, int row, int b, float *d,
+                                          float *m)
+{
+    if constexpr (DT == HX_DT_Q4_K) {
+        const uint8_t *p = s.w + row * mma_stage<DT>::WR + (b >> 3) * 144;
+        int sc, mn;
+        k_scale_min(p + 4, b & 7, &sc, &mn);
+        *d = h2f(*(const uint16_t *)p) * (float)sc;
+        *m = -h2f(*(const uint16_t *)(p + 2)) * (float)mn;
+    } else {
+        *d = h2f(s.d[row * mma_stage<DT>::SR + b]);
+        *m = DT == HX_DT_Q4_1 ? h2f(s.m[row * mma_stage<DT>::SR + b]) : 0.0f;
+    }
+}
+
+// Copies blocks [b0, b0 + kc) of the block's rows (from o0; past n_out the last row) and of
+// x's rows into st, asynchronously: 16-byte pieces for codes and x, 4 for scales (kc and the
+// row's block count are even). Pieces are counted over a whole stage, so that every division
+// is by a power of two; those past kc are skipped.
+template <int DT>
+__device__ __forceinline__ void mma_load(const mma_stage<DT> &st, const hx_cuda_wmat &w,
+                                         int64_t o0, int64_t b0, int kc, const int8_t *xq,
+                                         const float *xd)
+{
+    using S = mma_stage<DT>;
+    constexpr int T = 32 * MMA_WARPS, WP = MMA_KC * S::QB / 16, XP = MMA_KC * 2, SP = MMA_KC / 2;
+    const int64_t nb = w.n_in / 32;
+    const int n_rows = st.n_rows;
+    const uint8_t *wq = (const uint8_t *)w.q + b0 * S::QB;
+    for (int i = threadIdx.x; i < MMA_ROWS * WP; i += T) {
+        const int r = i / WP, k = i % WP;
+        const int64_t o = o0 + r < w.n_out ? o0 + r : w.n_out - 1;
+        if (k < kc * S::QB / 16)
+            cp_async16(st.w + r * S::WR + 16 * k, wq + o * w.row_bytes + 16 * k, true);
+    }
+    for (int i = threadIdx.x; i < 2 * n_rows * XP; i += T) {
+        const int hr = i / XP, k = i % XP; // plane hr / n_rows, row hr % n_rows
+        if (k < kc * 2)
+            cp_async16(st.x + hr * S::XR + 16 * k, xq + (int64_t)hr * w.n_in + b0 * 32 + 16 * k,
+                       true);
+    }
+    for (int i = threadIdx.x; i < n_rows * MMA_KC; i += T) {
+        const int r = i / MMA_KC, k = i % MMA_KC;
+        if (k < kc) cp_async4(st.xd + r * MMA_KC + k, xd + r * nb + b0 + k);
+    }
+    if constexpr (S::N_SB > 0) { // Q4_K: the scales came with the codes
+        for (int i = threadIdx.x; i < MMA_ROWS * SP; i += T) {
+            const int r = i / SP, k = i % SP;
+            const int64_t o = o0 + r < w.n_out ? o0 + r : w.n_out - 1;
+            if (2 * k < kc) {
+                cp_async4(st.d + r * S::SR + 2 * k,
+                          (const uint16_t *)w.scales + o * nb + b0 + 2 * k);
+                if constexpr (DT == HX_DT_Q4_1)
+                    cp_async4(st.m + r * S::SR + 2 * k,
+                              (const uint16_t *)w.biases + o * nb + b0 + 2 * k);
+            }
+        }
+    }
+}
+
+// A block takes 16 output rows. Its threads copy the rows' codes and scales, and x, through
+// shared memory in stages of MMA_KC blocks, MMA_STAGES - 1 stages in flight while one is used
+// (cp.async: every global load of the kernel is a run of whole 16-byte pieces, each warp's
+// adjacent); its warps take the stage's blocks in turn, reading fragments from shared memory
+// without bank conflicts, and their sums meet in shared memory at the end.
+template <int DT>
+__global__ void __launch_bounds__(32 * MMA_WARPS)
+    gemv_mma_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,
+                    const float *__restrict__ xd, int n_rows)
+{
+    extern __shared__ uint4 mma_smem[];
+    using S = mma_stage<DT>;
+    int64_t o0;
+    const hx_cuda_gemv_job job = gemv_job<MMA_ROWS>(set, &o0);
+    const hx_cuda_wmat &w = job.w;
+    prefetch_rows(w, o0, MMA_ROWS);
+    after_prior();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int64_t nb = w.n_in / 32;
+    const int n_stage = (int)((nb + MMA_KC - 1) / MMA_KC);
+    const int stage_bytes = S::bytes(n_rows);
+    auto stage = [&](int c) { // stage c's buffer
+        return S((uint8_t *)mma_smem + (c % MMA_STAGES) * stage_bytes, n_rows);
+    };
+    auto kc_of = [&](int c) { // stage c's blocks
+        const int64_t left = nb - (int64_t)c * MMA_KC;
+        return (int)(left < MMA_KC ? left : MMA_KC);
+    };
+    // B's column g is batch row g (zero past n_rows); C's columns 2t, 2t + 1 are batch rows
+    // 2t, 2t + 1, whose scales this thread applies.
+    const bool has_x = g < n_rows;
+    const int r0 = 2 * t < n_rows ? 2 * t : 0, r1 = 2 * t + 1 < n_rows ? 2 * t + 1 : 0;
+    float acc[4] = {};
+    for (int c = 0; c < MMA_STAGES - 1; c++) {
+        if (c < n_stage) mma_load<DT>(stage(c), w, o0, (int64_t)c * MMA_KC, kc_of(c), xq, xd);
+        cp_async_commit();
+    }
+    for (int c = 0; c < n_stage; c++) {
+        const int ahead = c + MMA_STAGES - 1;
+        if (ahead < n_stage)
+            mma_load<DT>(stage(ahead), w, o0, (int64_t)ahead * MMA_KC, kc_of(ahead), xq, xd);
+        cp_async_commit();
+        cp_async_wait<MMA_STAGES - 1>();
+        __syncthreads();
+        const S s = stage(c);
+        const int kc = kc_of(c);
+        for (int b = warp; b < kc; b += MMA_WARPS) {
+            int a[4], x[4] = {};
+            mma_codes<DT>(s.w + g * S::WR, b, t, &a[0], &a[2]);
+            mma_codes<DT>(s.w + (g + 8) * S::WR, b, t, &a[1], &a[3]);
+            if (has_x) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const uint8_t *xr = s.x + (h * n_rows + g) * S::XR + 32 * b + 4 * t;
+                    x[2 * h] = *(const int *)xr;
+                    x[2 * h + 1] = *(const int *)(xr + 16);
+                }
+            }
+            int hi[4] = {}, lo[4] = {};
+            mma_s8(hi, a, x[0], x[1]);
+            mma_s8(lo, a, x[2], x[3]);
+            float xs[2] = {}, d[2], m[2]; // the offset's terms (Q4_1, Q4_K)
+            mma_scale<DT>(s, g, b, &d[0], &m[0]);
+            mma_scale<DT>(s, g + 8, b, &d[1], &m[1]);
+            if constexpr (DT == HX_DT_Q4_1 || DT == HX_DT_Q4_K) {
+                const int ones[4] = {0x01010101, 0x01010101, 0x01010101, 0x01010101};
+                int sh[4] = {}, sl[4] = {};
+                mma_s8(sh, ones, x[0], x[1]);
+                mma_s8(sl, ones, x[2], x[3]);
+                xs[0] = (float)(256 * sh[0] + sl[0]);
+                xs[1] = (float)(256 * sh[1] + sl[1]);
+            }
+            const float dx[2] = {s.xd[r0 * MMA_KC + b], s.xd[r1 * MMA_KC + b]};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = e / 2, r = e % 2; // output row g + 8i, batch row 2t + r
+                acc[e] += dx[r] * (d[i] * (float)(256 * hi[e] + lo[e]) + m[i] * xs[r]);
+            }
+        }
+        __syncthreads(); // a later stage's copies go into this buffer
+    }
+    cp_async_wait<0>();
+    float(*part)[MMA_ROWS][8] = (float(*)[MMA_ROWS][8])mma_smem;
+#pragma unroll
+    for (int e = 0; e < 4; e++) part[warp][g + 8 * (e / 2)][2 * t + e % 2] = acc[e];
+    __syncthreads();
+    const int k = threadIdx.x / 8, r = threadIdx.x % 8;
+    if (k < MMA_ROWS && r < n_rows && o0 + k < w.n_out) {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < MMA_WARPS; i++) s += part[i][k][r];
+        gemv_put(job, o0 + k, r, s);
+    }
+}
+
+// x rounded per 32 values to a high and a low byte: a warp per 32, lane i on value i.
+__global__ void quantize_x_kernel(const float *__restrict__ x, int64_t n,
+                                  int8_t *__restrict__ q, float *__restrict__ d)
+{
+    after_prior();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return; // n is a multiple of 32: whole warps leave
+    round_x(x[i], i, n, q, d);
+}
+
+// Calls f with std::integral_constant<int, R> for the smallest batch size R in {1, 2, 4, 8}
+// that holds n rows: every GEMV kernel is compiled for those four.
+template <typename F>
+void by_rows(int n, F f)
+{
+    if (n <= 1) f(std::integral_constant<int, 1>{});
+    else if (n <= 2) f(std::integral_constant<int, 2>{});
+    else if (n <= 4) f(std::integral_constant<int, 4>{});
+    else f(std::integral_constant<int, 8>{});
+}
+
+// The fewest rows of a dtype the tensor-core GEMV takes: from where it is the faster, measured
+// (Q4_K 3, whose dp4a kernel slows the most with rows; the others 5), or HEARTH_CUDA_MMA_ROWS
+// (1 to 9; 9: never); never before sm_80.
+int mma_rows(int dtype)
+{
+    static const char *env = getenv("HEARTH_CUDA_MMA_ROWS");
+    static const int rows = env && atoi(env) >= 1 ? atoi(env) : 0;
+    if (device_major() < 8) return HX_CUDA_GEMV_ROWS + 1;
+    return rows ? rows : dtype == HX_DT_Q4_K ? 3 : 5;
+}
+
+static uint64_t n_streamed; // launches of gemv_stream_kernel (hx_cuda_gemv_streamed)
+static uint64_t n_routed;   // routed GEMV launches (hx_cuda_gemv_routed_count)
+
+// Whether DT is a float format (its GEMV reads x as it is, not rounded).
+template <int DT>
+constexpr bool float_dt()
+{
+    return DT == HX_DT_F32 || DT == HX_DT_F16 || DT == HX_DT_BF16;
+}
+
+// The GEMV of R rows over a block format, x rounded (xq, xd): the wide kernel where the format
+// has one and its units do not straddle MLX groups, else the byte-slice one. ROUTED: the
+// launch hx_cuda_gemv_routed makes (R is 1).
+template <int DT, int R, bool ROUTED>
+void launch_int8_gemv(dim3 g, const gemv_set &set, const int8_t *xq, const float *xd, int n,
+                      bool narrow, hx_cuda_stream s)
+{
+    static_assert(!float_dt<DT>(), "float formats take gemv_kernel");
+    const unsigned t = 32 * GEMV_WARPS;
+    if constexpr (!gemv_wide<DT>())
+        launch(gemv_i8_kernel<DT, R, ROUTED>, g, t, 0, s, set, xq, xd, n);
+    else if (!narrow)
+        launch(gemv_wide_kernel<DT, R, ROUTED>, g, t, 0, s, set, xq, xd, n);
+    else if constexpr (DT == HX_DT_MLX4)
+        launch(gemv_i8_kernel<DT, R, ROUTED>, g, t, 0, s, set, xq, xd, n);
+}
+
+template <int DT> struct GemvLaunch {
+    // One activation row by gemv_stream_kernel, where it applies (sm_90, every piece of a row a
+    // multiple of 16 bytes, at 16-byte aligned addresses, of at most 16 KiB): false when not.
+    static bool stream_gemv(gemv_set &set, const int8_t *xq, const float *xd, hx_cuda_stream s)
+    {
+        const char *on = getenv("HEARTH_CUDA_STREAM_GEMV"); // opt-in: see the kernel's note
+        if (!on || strcmp(on, "1") != 0 || device_major() < 9) return false;
+        const stream_row rb = stream_bytes(set.job[0].w);
+        const uint32_t per = rb.q + rb.sb + rb.bi;
+        if (rb.q % 16 || rb.sb % 16 || per > 16384) return false;
+        for (int k = 0; k < set.n; k++) {
+            const hx_cuda_wmat &w = set.job[k].w;
+            const uintptr_t a = (uintptr_t)w.q | (uintptr_t)w.scales | (uintptr_t)w.biases;
+            if (a % 16 || w.n_in != set.job[0].w.n_in || !w.scales != !set.job[0].w.scales ||
+                !w.biases != !set.job[0].w.biases)
+                return false;
+        }
+        if (per <= 4096) return stream<8>(set, per, xq, xd, s);
+        if (per <= 8192) return stream<4>(set, per, xq, xd, s);
+        return stream<2>(set, per, xq, xd, s);
+    }
+
+    template <int S>
+    static bool stream(gemv_set &set, uint32_t per, const int8_t *xq, const float *xd,
+                       hx_cuda_stream s)
+    {
+        void (*k)(gemv_set, const int8_t *, const float *, uint32_t) = gemv_stream_kernel<DT, S>;
+        const int smem = STREAM_STAGES * S * (int)per;
+        static int sized = 0, fit_smem = -1, fit = 0; // the opt-in, and the last occupancy asked
+        if (smem > smem_optin()) return false;
+        if (smem > sized) {
+            if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
+                cudaSuccess)
+                return false;
+            sized = smem;
+        }
+        if (smem != fit_smem) {
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, STREAM_THREADS, smem) !=
+                    cudaSuccess ||
+                fit < 1)
+                return false;
+            fit_smem = smem;
+        }
+        uint32_t n_chunks = 0;
+        for (int j = 0; j < set.n; j++) {
+            set.start[j] = n_chunks;
+            n_chunks += blocks_for(set.job[j].w.n_out, S);
+        }
+        // HEARTH_CUDA_STREAM_BLOCKS caps the blocks (a test's, so that each takes many chunks)
+        const char *cap = getenv("HEARTH_CUDA_STREAM_BLOCKS");
+        uint32_t most = (uint32_t)(fit * device_attr<cudaDevAttrMultiProcessorCount>());
+        if (cap && atoi(cap) > 0 && (uint32_t)atoi(cap) < most) most = (uint32_t)atoi(cap);
+        launch(k, n_chunks < most ? n_chunks : most, STREAM_THREADS, (size_t)smem, s, set, xq,
+               xd, n_chunks);
+        n_streamed++;
+        return true;
+    }
+
+    static void run(const hx_cuda_gemv_job *jobs, int n_jobs, const float *x, const int8_t *xq,
+                    const float *xd, int64_t n_rows, hx_cuda_stream s)
+    {
+        gemv_set set = {};
+        bool narrow = false; // MLX groups under 32 values: wide units would straddle them
+        for (int k = 0; k < n_jobs; k++) {
+            set.job[k] = jobs[k];
+            narrow = narrow || (DT == HX_DT_MLX4 && jobs[k].w.group_size % 32 != 0);
+        }
+        set.n = n_jobs;
+        // the jobs' first blocks, for blocks of `per` output rows; the number of blocks
+        auto blocks = [&](int per) {
+            unsigned g = 0;
+            for (int k = 0; k < n_jobs; k++) {
+                set.start[k] = g;
+                g += blocks_for(jobs[k].w.n_out, per);
+            }
+            return g;
+        };
+        const int n = (int)n_rows;
+        if constexpr (gemv_mma<DT>()) {
+            // rows of an even number of blocks (4-byte scale pieces); every job's n_in is one
+            const bool even = jobs[0].w.n_in % 64 == 0;
+            const int smem = MMA_STAGES * mma_stage<DT>::bytes(n);
+            // 8 rows of Q8_0 take 142 KB: more than an sm_89 block may have (99 KB)
+            if (n >= mma_rows(DT) && even && smem <= smem_optin()) {
+                static bool sized = false; // the opt-in above 48 KiB, once per process
+                if (!sized) {
+                    const int most = MMA_STAGES * mma_stage<DT>::bytes(HX_CUDA_GEMV_ROWS);
+                    cudaFuncSetAttribute(gemv_mma_kernel<DT>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         most < smem_optin() ? most : smem_optin());
+                    sized = true;
+                }
+                launch(gemv_mma_kernel<DT>, blocks(MMA_ROWS), 32 * MMA_WARPS, (size_t)smem, s, set,
+                       xq, xd, n);
+                return;
+            }
+        }
+        if constexpr (gemv_wide<DT>())
+            if (n == 1 && !narrow && stream_gemv(set, xq, xd, s)) return;
+        const unsigned g = blocks(GEMV_ROWS), t = 32 * GEMV_WARPS;
+        by_rows(n, [&](auto rows) {
+            constexpr int R = decltype(rows)::value;
+            if constexpr (float_dt<DT>()) launch(gemv_kernel<DT, R>, g, t, 0, s, set, x, n);
+            else launch_int8_gemv<DT, R, false>(g, set, xq, xd, n, narrow, s);
+        });
+    }
+};
+
+template <int DT> struct RoutedLaunch {
+    static void run(const hx_cuda_wmat *table, const hx_cuda_wmat *like, const int32_t *ids,
+                    int64_t n_pairs, int32_t x_div, const int8_t *xq, const float *xd,
+                    int64_t n_x, float *out, hx_cuda_stream s)
+    {
+        gemv_set set = {};
+        set.job[0].w = *like;
+        set.job[0].out = out;
+        set.n = 1;
+        set.route = {ids, table, x_div};
+        const dim3 g(blocks_for(like->n_out, GEMV_ROWS), (unsigned)n_pairs);
+        const bool narrow = DT == HX_DT_MLX4 && like->group_size % 32 != 0;
+        if constexpr (!float_dt<DT>()) { // (the caller asked hx_cuda_gemv_int8 first)
+            launch_int8_gemv<DT, 1, true>(g, set, xq, xd, (int)n_x, narrow, s);
+            n_routed++;
+        }
+    }
+};
+
+} // namespace
+
+extern "C" {
+
+int hx_cuda_gemv_int8(int32_t dtype)
+{
+    return dtype != HX_DT_F32 && dtype != HX_DT_F16 && dtype != HX_DT_BF16;
+}
+
+void hx_cuda_quantize_x(const float *x, int64_t n, int8_t *q, float *d, hx_cuda_stream s)
+{
+    launch(quantize_x_kernel, blocks_for(n), THREADS, 0, s, x, n, q, d);
+}
+
+void hx_cuda_gemv(const hx_cuda_gemv_job *jobs, int n_jobs, const float *x, const int8_t *xq,
+                  const float *xd, int64_t n_rows, hx_cuda_stream s)
+{
+    by_dtype<GemvLaunch>(jobs[0].w.dtype, jobs, n_jobs, x, xq, xd, n_rows, s);
+}
+
+uint64_t hx_cuda_gemv_streamed(void)
+{
+    return n_streamed;
+}
+
+void hx_cuda_gemv_routed(const hx_cuda_wmat *table, const hx_cuda_wmat *like,
+                         const int32_t *ids, int64_t n_pairs, int32_t x_div, const int8_t *xq,
+                         const float *xd, int64_t n_x, float *out, hx_cuda_stream s)
+{
+    by_dtype<RoutedLaunch>(like->dtype, table, like, ids, n_pairs, x_div, xq, xd, n_x, out, s);
+}
+
+uint64_t hx_cuda_gemv_routed_count(void)
+{
+    return n_routed;
+}
+
+} // extern "C"
