@@ -313,7 +313,7 @@ static uint64_t device_bytes(const hx_tensor *t)
     return hx_tensor_data_bytes(t);
 }
 
-/* What the CUDA backend uploads (cuda_backend.c): every matmul weight and the embedding table
+/* What the CUDA backend uploads (cuda/weights.c): every matmul weight and the embedding table
  * once each (device_bytes; an MLX tensor with its scales and biases; a tied table serves both
  * uses), and the other tensors the ops name - norm weights, biases - as f32. The file's pages in
  * host memory are the host's and not counted. */

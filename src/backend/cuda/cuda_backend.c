@@ -1,4 +1,5 @@
-/* cuda_backend.c - the ops table on one NVIDIA GPU (cuda_backend.h); kernels behind kernels.h.
+/* cuda_backend.c - the ops table on one NVIDIA GPU (cuda_backend.h); kernels behind kernels.h,
+ * the op log in op_log.c, uploads in weights.c (cuda_int.h).
  *
  * Memory: matmul weights are uploaded once by `weight` in their file formats (kernels.h reads
  * every format); the other tensors an op names (norm weights, biases, the embedding table, the
@@ -7,7 +8,7 @@
  * are plain device allocations.
  *
  * Ordering: every op is recorded and returns; `read` (the logits) runs the step's ops on one
- * stream, as a CUDA graph when the same step was seen before (the op log, below), and waits.
+ * stream, as a CUDA graph when the same step was seen before (op_log.c), and waits.
  * The small host arrays ops take (token ids, positions, block tables) are copied at once into a
  * pinned staging arena, which the step copies to its device twin, so the caller may reuse them;
  * the arena restarts after each `read`, and a step that would overflow it runs what it has and
@@ -26,195 +27,20 @@
  * Failures: allocation and start-up failures return errors; a kernel launch or CUDA call that
  * fails mid-step means a broken device or a bug, and aborts with the CUDA message (ops have no
  * error path, as on the CPU). */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "backend/cuda/cuda_backend.h"
 
-#include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "base/alloc.h"
-#include "base/cpu.h"
-#include "base/f16.h"
-#include "base/threadpool.h"
-#include "backend/cuda/blas.h"
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/cuda_int.h"
 #include "backend/moe_route.h"
+#include "base/alloc.h"
+#include "base/clock.h"
 
-#define ARENA_BYTES  ((size_t)8 << 20)  /* staged host arrays between two reads */
-#define RECENT       1024               /* slots of the staged arrays remembered (a power of 2) */
 #define HALF_W_ELEMS ((int64_t)32 << 20) /* f16 elements of one dequantized weight chunk */
-#define MAX_GRAPHS   16                 /* captured steps kept (least recently used goes) */
-#define SEEN         64                 /* signatures remembered until their second run */
 #define BLOCKS_PAD   64                 /* block tables are staged in multiples of this */
 #define BLAS_WS      ((size_t)32 << 20) /* cuBLAS workspace bytes */
-
-/* A device copy of a host tensor or array: a weight in its format, or floats (dtype F32). */
-typedef struct {
-    const void  *key;   /* the host address it was uploaded from */
-    hx_cuda_wmat w;
-    bool         owned; /* freed with the backend; false for weights (weight_release frees) */
-} cache_ent;
-
-/* An array staged since the arena's last restart. */
-typedef struct {
-    const void *src;
-    size_t      bytes, padded, off;
-} staged;
-
-typedef struct cuda_impl cuda_impl;
-typedef void (*op_fn)(cuda_impl *c, const void *args);
-
-/* One recorded op: its function and its argument bytes at op_args + off. */
-typedef struct {
-    op_fn    fn;
-    uint32_t off, size;
-} op_rec;
-
-/* A captured step. */
-typedef struct {
-    uint64_t        sig;
-    cudaGraphExec_t exec;
-    uint64_t        last_use;
-} graph_ent;
-
-/* A matmul weight `weight` uploaded: the tensor handed to the model (its `prepared` points at
- * w) and the device allocations; `half` its rows in f16 when keep_dequantized made them. */
-typedef struct {
-    hx_tensor    t;
-    hx_cuda_wmat w;
-    void        *half;
-} uploaded_weight;
-
-/* One layer's experts on the device, for the routed moe op: their gate, up and down weights as
- * device arrays of hx_cuda_wmat (`tab`), and expert 0's on the host (`like`). key: the
- * model's array of gate weights (hx_moe.gate), which lives as long as the model. */
-typedef struct {
-    const void   *key;
-    hx_cuda_wmat *tab[3];
-    hx_cuda_wmat  like[3];
-} moe_tables;
-
-struct cuda_impl {
-    int            device;
-    cudaStream_t   stream;
-    const hx_blas *blas;             /* cuBLAS, loaded at create */
-    cublasHandle_t handle;
-    unsigned char *arena_h, *arena_d; /* pinned host staging and its device twin */
-    size_t         arena_used;
-    staged         recent[RECENT];    /* by source address (stage_slot); src NULL: free */
-    int            n_recent;
-    cache_ent     *cache;             /* uploaded tensors, unsorted (a few hundred) */
-    size_t         n_cache, cap_cache;
-    void          *half_w;            /* one dequantized weight chunk */
-    int64_t        half_w_elems;
-    void          *half_x;            /* a matmul's input rows in f16 */
-    int64_t        half_x_elems;
-    void          *xq;                /* a GEMV's input rows as 16-bit integers, their scales */
-    int64_t        xq_elems;          /* (2-byte units, as ensure_half counts) */
-    const float   *xq_of;             /* the rows xq holds, while no op since changed them */
-    int64_t        xq_n;
-    void          *att_scratch;       /* decode attention's partial states */
-    int64_t        att_scratch_elems;
-    void          *smp_scratch;       /* the sample op's candidates, then its tokens */
-    int64_t        smp_scratch_elems;
-    hx_cuda_edit  *smp_edits;         /* a step's sampling edits gathered (host; grown, kept) */
-    int64_t        smp_edits_cap;
-    int64_t        max_weight_elems;  /* the largest matmul weight seen by `weight` */
-    int64_t        max_n_in;          /* the widest input of those weights */
-    size_t         uploaded;          /* weight bytes uploaded, for the progress line */
-    int64_t        max_tok;           /* rows a step may have (reserve) */
-    uploaded_weight **weights;        /* every weight `weight` uploaded and not yet released */
-    size_t         n_weights, cap_weights;
-    /* HEARTH_CUDA_PROFILE=1: every op waits for the GPU and adds its time to a per-op total,
-     * printed when the backend is destroyed (for finding where a step's time goes). */
-    bool           profile;
-    /* HEARTH_CUDA_PROFILE=steps: ops run as usual (graphs, no waits between them); each `read`
-     * splits a step's wall time into the host's time since the last read (the engine, and
-     * recording ops), launching, the GPU's time (events) and the wait for it. */
-    bool           step_prof;
-    cudaEvent_t    ev_a, ev_b;
-    double         last_read, st_host, st_launch, st_gpu, st_wait;
-    int64_t        st_n;
-    double         op_start;
-    struct { const char *name; double ms; int64_t n; } prof[24];
-    int            n_prof;
-    op_rec        *ops;               /* the op log (see flush) */
-    size_t         n_ops, cap_ops;
-    unsigned char *op_args;
-    size_t         args_used, args_cap;
-    bool           use_graphs;        /* HEARTH_CUDA_GRAPHS=0 turns replay off */
-    graph_ent      graph[MAX_GRAPHS];
-    int            n_graph;
-    uint64_t       clock;
-    uint64_t       seen[SEEN];        /* signatures run once, eagerly */
-    int            n_seen;
-    void          *blas_ws;           /* cuBLAS's workspace: fixed, so GEMMs can be captured */
-    void          *moe_host;          /* the moe op's host arrays (routing) */
-    void          *moe_dev;           /* the routed moe op's device arrays (moe_routed) */
-    int64_t        moe_dev_elems;
-    moe_tables    *moe_tabs;          /* per layer, its experts' weights as device tables */
-    int            n_moe_tabs, cap_moe_tabs;
-    hx_pool       *load_pool;         /* threads rearranging weights at upload; made at first use */
-    size_t         moe_host_bytes;
-};
-
-static void cuda_die(const char *what, const char *msg, const char *file, int line)
-{
-    fprintf(stderr, "hearth: cuda: %s failed: %s (%s:%d)\n", what, msg, file, line);
-    abort();
-}
-
-/* For calls inside ops, which cannot fail gracefully (see the file comment). */
-#define CK(call)                                                                         \
-    do {                                                                                 \
-        const cudaError_t e_ = (call);                                                   \
-        if (e_ != cudaSuccess) cuda_die(#call, cudaGetErrorString(e_), __FILE__, __LINE__); \
-    } while (0)
-#define CK_BLAS(call)                                                                    \
-    do {                                                                                 \
-        const cublasStatus_t s_ = (call);                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                 \
-            cuda_die(#call, c->blas->status_string(s_), __FILE__, __LINE__);              \
-    } while (0)
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-/* After each op's launches: a bad launch configuration is reported here, not by the launch;
- * when profiling, the op's time (launch and GPU) is added to its name's total. */
-static void op_done(cuda_impl *c, const char *name)
-{
-    CK(cudaGetLastError());
-    if (!c->profile) return;
-    CK(cudaStreamSynchronize(c->stream));
-    int i = 0;
-    while (i < c->n_prof && strcmp(c->prof[i].name, name) != 0) i++;
-    if (i == c->n_prof) {
-        if (i == (int)HX_COUNTOF(c->prof)) return;
-        c->prof[c->n_prof++].name = name;
-    }
-    c->prof[i].ms += now_ms() - c->op_start;
-    c->prof[i].n++;
-}
-
-/* The impl, with this thread's current device set to ours (ops may run on another thread than
- * the one that created the backend, and the current device is per thread). */
-static cuda_impl *cx(hx_backend *be)
-{
-    cuda_impl *c = be->impl;
-    CK(cudaSetDevice(c->device));
-    if (c->profile) {
-        CK(cudaStreamSynchronize(c->stream));
-        c->op_start = now_ms();
-    }
-    return c;
-}
 
 /* Why no GPU is usable, in the words a user needs (the runtime's own for the rarer cases). */
 static const char *no_gpu_reason(cudaError_t e)
@@ -230,488 +56,11 @@ static hx_status cuda_err(hx_err *err, hx_status st, const char *what, cudaError
     return hx_err_set(err, st, "cuda: %s: %s", what, cudaGetErrorString(e));
 }
 
-/* ---- the op log: ops recorded, run at the next `read`, repeated steps as CUDA graphs ----
- *
- * An op records its launch (a function and its arguments, device pointers and sizes only) and
- * returns; `read`, `free`, `kv_free` and destroy run the log first. So a step (the ops between
- * two reads) is known whole before any of it runs, and the second time a step with the same
- * signature (every op's function and argument bytes, staging offsets included) comes, it is
- * captured as a CUDA graph and from then on replayed with one launch: a decode step of an 8B
- * model is ~550 launches, whose host cost is of the same order as the GPU time. The staged host
- * arrays are copied by the graph from the pinned arena at replay, so new positions and block
- * tables flow in without a new capture; block tables are staged padded to BLOCKS_PAD entries so
- * that a growing context changes the signature only every BLOCKS_PAD blocks. */
-
-static void run_log(cuda_impl *c)
-{
-    for (size_t i = 0; i < c->n_ops; i++) {
-        c->ops[i].fn(c, c->op_args + c->ops[i].off);
-        CK(cudaGetLastError());
-    }
-}
-
-/* A hash of every op's function and argument bytes, a word at a time (argument records are
- * memset before they are filled, so their padding is zero; their sizes are multiples of 8). */
-static uint64_t log_signature(const cuda_impl *c)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < c->n_ops; i++) {
-        uint64_t w = 0;
-        memcpy(&w, &c->ops[i].fn, sizeof w < sizeof c->ops[i].fn ? sizeof w : sizeof c->ops[i].fn);
-        h = (h ^ w ^ c->ops[i].size) * 1099511628211ull;
-        const unsigned char *a = c->op_args + c->ops[i].off;
-        for (size_t k = 0; k + 8 <= c->ops[i].size; k += 8) {
-            memcpy(&w, a + k, 8);
-            h = (h ^ w) * 1099511628211ull;
-            h ^= h >> 29;
-        }
-    }
-    return h;
-}
-
-/* Captures the log as a graph into a slot (the least recently used when all are taken). */
-static graph_ent *capture(cuda_impl *c, uint64_t sig)
-{
-    CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
-    run_log(c);
-    cudaGraph_t g;
-    CK(cudaStreamEndCapture(c->stream, &g));
-    cudaGraphExec_t exec;
-    CK(cudaGraphInstantiate(&exec, g, 0));
-    cudaGraphDestroy(g);
-    graph_ent *e = &c->graph[0];
-    if (c->n_graph < MAX_GRAPHS) e = &c->graph[c->n_graph++];
-    else {
-        for (int i = 1; i < MAX_GRAPHS; i++)
-            if (c->graph[i].last_use < e->last_use) e = &c->graph[i];
-        cudaGraphExecDestroy(e->exec);
-    }
-    *e = (graph_ent){sig, exec, 0};
-    return e;
-}
-
-/* Runs what the log holds: a graph's replay, a capture (a signature seen once before), or the
- * ops one by one. */
-static void flush(cuda_impl *c)
-{
-    if (c->n_ops == 0) return;
-    graph_ent *g = NULL;
-    if (c->use_graphs) {
-        const uint64_t sig = log_signature(c);
-        for (int i = 0; i < c->n_graph && !g; i++)
-            if (c->graph[i].sig == sig) g = &c->graph[i];
-        bool seen = false;
-        for (int i = 0; i < SEEN && !seen; i++) seen = c->seen[i] == sig;
-        if (!g && seen) g = capture(c, sig);
-        else if (!g) c->seen[c->n_seen++ % SEEN] = sig;
-        if (g) {
-            g->last_use = ++c->clock;
-            CK(cudaGraphLaunch(g->exec, c->stream));
-        }
-    }
-    if (!g) run_log(c);
-    c->n_ops = 0;
-    c->args_used = 0;
-}
-
-/* Runs what is logged and waits for the GPU to finish it. */
-static void settle(cuda_impl *c)
-{
-    flush(c);
-    CK(cudaStreamSynchronize(c->stream));
-}
-
-/* Appends an op (its arguments are copied); with HEARTH_CUDA_PROFILE it runs at once, timed. */
-static void record(cuda_impl *c, const char *name, op_fn fn, const void *args, size_t size)
-{
-    c->xq_of = NULL; /* any op may write the rows xq was made from (cuda_matmul re-sets it) */
-    if (c->profile) {
-        fn(c, args);
-        op_done(c, name);
-        return;
-    }
-    const size_t need = c->args_used + ((size + 15) & ~(size_t)15);
-    if (c->n_ops == c->cap_ops || need > c->args_cap) {
-        const size_t cap_ops = c->cap_ops ? 2 * c->cap_ops : 1024;
-        const size_t cap_args = need > 2 * c->args_cap ? 2 * need : 2 * c->args_cap;
-        op_rec *o = hx_realloc(c->ops, cap_ops * sizeof *o);
-        if (o) c->ops = o, c->cap_ops = cap_ops;
-        unsigned char *a = o ? hx_realloc(c->op_args, cap_args) : NULL;
-        if (a) c->op_args = a, c->args_cap = cap_args;
-        if (!o || !a) cuda_die("host allocation", "out of memory for the op log", __FILE__, __LINE__);
-    }
-    memcpy(c->op_args + c->args_used, args, size);
-    c->ops[c->n_ops++] = (op_rec){fn, (uint32_t)c->args_used, (uint32_t)size};
-    c->args_used = need;
-}
-
-/* ---- staging of small host arrays ---- */
-
-typedef struct {
-    size_t off, bytes;
-} stage_args;
-
-static void run_stage(cuda_impl *c, const void *p)
-{
-    const stage_args *a = p;
-    CK(cudaMemcpyAsync(c->arena_d + a->off, c->arena_h + a->off, a->bytes,
-                       cudaMemcpyHostToDevice, c->stream));
-}
-
-/* Forgets every staged array (the arena restarts, or the table is half full). */
-static void forget_staged(cuda_impl *c)
-{
-    if (c->n_recent == 0) return;
-    memset(c->recent, 0, sizeof c->recent);
-    c->n_recent = 0;
-}
-
-/* The slot of src in the table of staged arrays: where it is, or the free one it would take.
- * A step stages each sequence's block table and positions once and finds them again for every
- * layer's ops, so the table is looked up some thousands of times a step: hashed. */
-static staged *stage_slot(cuda_impl *c, const void *src)
-{
-    uint64_t h = (uint64_t)(uintptr_t)src * 0x9e3779b97f4a7c15ull;
-    for (size_t i = (size_t)(h >> 40) & (RECENT - 1);; i = (i + 1) & (RECENT - 1))
-        if (c->recent[i].src == src || !c->recent[i].src) return &c->recent[i];
-}
-
-/* The device address of a copy of bytes of src, zero-padded to `padded` bytes. */
-static const void *stage(cuda_impl *c, const void *src, size_t bytes, size_t padded)
-{
-    staged *e = stage_slot(c, src);
-    if (e->src == src && e->bytes == bytes && e->padded == padded &&
-        memcmp(c->arena_h + e->off, src, bytes) == 0)
-        return c->arena_d + e->off;
-    HX_ASSERT(bytes <= padded && padded <= ARENA_BYTES);
-    if (c->arena_used + padded > ARENA_BYTES) { /* staged bytes may still be unread: run them */
-        settle(c);
-        c->arena_used = 0;
-        forget_staged(c);
-    }
-    const size_t off = c->arena_used;
-    memcpy(c->arena_h + off, src, bytes);
-    memset(c->arena_h + off + bytes, 0, padded - bytes);
-    stage_args a;
-    memset(&a, 0, sizeof a);
-    a.off = off;
-    a.bytes = padded;
-    record(c, "stage", run_stage, &a, sizeof a);
-    c->arena_used = (off + padded + 15) & ~(size_t)15;
-    if (c->n_recent >= RECENT / 2) forget_staged(c); /* wholesale, keeping probes short */
-    e = stage_slot(c, src);
-    if (!e->src) c->n_recent++;
-    *e = (staged){src, bytes, padded, off};
-    return c->arena_d + off;
-}
-
-static const int32_t *stage_ints(cuda_impl *c, const int32_t *src, int64_t n)
-{
-    return stage(c, src, (size_t)n * sizeof *src, (size_t)n * sizeof *src);
-}
-
-/* ---- uploads ---- */
-
-static size_t sb_bytes(hx_dtype dt)
-{
-    return dt == HX_DT_F32 ? 4 : 2;
-}
-
-static void *upload(const void *src, size_t bytes, cudaError_t *e)
-{
-    void *d = NULL;
-    if ((*e = cudaMalloc(&d, bytes ? bytes : 1)) != cudaSuccess) return NULL;
-    if (bytes && (*e = cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice)) != cudaSuccess) {
-        cudaFree(d);
-        return NULL;
-    }
-    return d;
-}
-
-static void wmat_free(hx_cuda_wmat *w)
-{
-    cudaFree((void *)w->q);
-    cudaFree((void *)w->scales);
-    cudaFree((void *)w->biases);
-    memset(w, 0, sizeof *w);
-}
-
-static bool is_b32(hx_dtype dt)
-{
-    return dt == HX_DT_Q4_0 || dt == HX_DT_Q4_1 || dt == HX_DT_Q8_0;
-}
-
-/* A bf16 value f16 holds exactly: zero, or in f16's normal range (its 7 mantissa bits fit). */
-static bool bf16_fits_f16(uint16_t h)
-{
-    const int e = (h >> 7) & 0xFF;
-    return (e == 0 && (h & 0x7F) == 0) || (e >= 113 && e <= 142);
-}
-
-static uint16_t bf16_as_f16(uint16_t h) /* h: bf16_fits_f16, so exact */
-{
-    return hx_f32_to_f16(hx_bf16_to_f32(h));
-}
-
-/* MLX 4-bit is Q4_1 with each group's scale and bias repeated for every 32 values of it (value
- * = s q + b either way): with groups of a multiple of 32 and scales and biases that f16 holds
- * exactly (f16 ones, or bf16 ones in f16's normal range), it is uploaded as Q4_1, whose kernels
- * are faster (the tensor-core GEMV among them), for 11% more bytes (20 per 32 values, not 18).
- * HEARTH_CUDA_MLX_Q4_1=0 keeps MLX's own kernels (to compare). */
-static bool mlx4_as_q4_1(const hx_tensor *t)
-{
-    const char *env = getenv("HEARTH_CUDA_MLX_Q4_1");
-    if (t->dtype != HX_DT_MLX4 || t->group_size % 32 != 0 || t->sb_dtype == HX_DT_F32 ||
-        (env && strcmp(env, "0") == 0))
-        return false;
-    if (t->sb_dtype == HX_DT_F16) return true;
-    const int64_t n = hx_tensor_n_rows(t) * (t->shape[t->n_dims - 1] / t->group_size);
-    const uint16_t *sc = t->scales, *bi = t->biases;
-    bool fits = true;
-    for (int64_t i = 0; i < n; i++) fits &= bf16_fits_f16(sc[i]) & bf16_fits_f16(bi[i]);
-    return fits;
-}
-
-/* Rows [o0, o0 + n) of t as the device keeps them (kernels.h), n_blk blocks a row: a 32-value
- * block format (or MLX 4-bit taken as Q4_1) split, codes into hq (qb bytes a block), f16 scales
- * into hs, Q4_1's offsets into hm; Q6_K super-blocks padded to qb bytes. */
-static void split_rows(const hx_tensor *t, int64_t o0, int64_t n, int64_t n_blk, int qb,
-                       unsigned char *hq, uint16_t *hs, uint16_t *hm)
-{
-    if (t->dtype == HX_DT_Q6_K) {
-        for (int64_t b = 0; b < n * n_blk; b++) {
-            memcpy(hq + b * qb, (const unsigned char *)t->data + (o0 * n_blk + b) * 210, 210);
-            memset(hq + b * qb + 210, 0, (size_t)qb - 210);
-        }
-        return;
-    }
-    if (t->dtype == HX_DT_MLX4) {
-        /* MLX: element i of a block is nibble i % 2 of byte i / 2; Q4_1: byte k holds elements
-         * k (low nibble) and k + 16 (high). */
-        const int64_t per_g = t->group_size / 32, n_g = n_blk / per_g;
-        const bool bf16 = t->sb_dtype == HX_DT_BF16;
-        for (int64_t r = 0; r < n; r++) {
-            const unsigned char *src = (const unsigned char *)t->data + (o0 + r) * n_blk * 16;
-            const uint16_t *sc = (const uint16_t *)t->scales + (o0 + r) * n_g;
-            const uint16_t *bi = (const uint16_t *)t->biases + (o0 + r) * n_g;
-            for (int64_t j = 0; j < n_blk; j++) {
-                const unsigned char *s8 = src + j * 16;
-                unsigned char *d = hq + (r * n_blk + j) * 16;
-                for (int k = 0; k < 8; k++) {
-                    d[2 * k] = (unsigned char)((s8[k] & 15) | s8[8 + k] << 4);
-                    d[2 * k + 1] = (unsigned char)((s8[k] >> 4) | (s8[8 + k] & 0xF0));
-                }
-                const uint16_t sv = sc[j / per_g], bv = bi[j / per_g];
-                hs[r * n_blk + j] = bf16 ? bf16_as_f16(sv) : sv;
-                hm[r * n_blk + j] = bf16 ? bf16_as_f16(bv) : bv;
-            }
-        }
-        return;
-    }
-    const int64_t src_row = (int64_t)hx_dtype_row_bytes(t->dtype, n_blk * 32);
-    const int lead = t->dtype == HX_DT_Q4_1 ? 4 : 2;
-    for (int64_t b = 0; b < n * n_blk; b++) {
-        const unsigned char *p = (const unsigned char *)t->data + o0 * src_row +
-                                 b / n_blk * src_row + b % n_blk * (qb + lead);
-        memcpy(hs + b, p, 2);
-        if (lead == 4) memcpy(hm + b, p + 2, 2);
-        memcpy(hq + b * qb, p + lead, (size_t)qb);
-    }
-}
-
-typedef struct {
-    const hx_tensor *t;
-    int64_t          o0, n, n_blk;
-    int              qb;
-    unsigned char   *hq;
-    uint16_t        *hs, *hm;
-} split_task;
-
-static void run_split(void *p, int ith, int nth)
-{
-    const split_task *a = p;
-    int64_t lo, hi;
-    hx_split_range(a->n, ith, nth, 1, &lo, &hi);
-    if (hi > lo)
-        split_rows(a->t, a->o0 + lo, hi - lo, a->n_blk, a->qb, a->hq + lo * a->n_blk * a->qb,
-                   a->hs ? a->hs + lo * a->n_blk : NULL, a->hm ? a->hm + lo * a->n_blk : NULL);
-}
-
-/* Runs task over the backend's load threads (made at the first use; the caller alone when
- * they cannot be had). */
-static void load_run(cuda_impl *c, hx_task_fn fn, void *task)
-{
-    if (!c->load_pool) {
-        const int cores = hx_cpu_physical_cores();
-        if (hx_pool_init(cores < 1 ? 1 : cores > 8 ? 8 : cores, &c->load_pool, NULL) != HX_OK)
-            c->load_pool = NULL;
-    }
-    if (c->load_pool) hx_pool_run(c->load_pool, fn, task);
-    else fn(task, 0, 1);
-}
-
-/* A tensor the device keeps rearranged (split_rows): a Q4_0/Q4_1/Q8_0 one (w->dtype; t may be
- * MLX 4-bit as Q4_1) as rows of codes into w->q and the f16 scales (and Q4_1's offsets) of its
- * blocks into w->scales (w->biases); a Q6_K one padded. Rearranged on the host a few MiB of rows
- * at a time by the backend's load threads (an 8B model's 234M blocks took 2.6 s on one). */
-static cudaError_t upload_split(cuda_impl *c, const hx_tensor *t, hx_cuda_wmat *w)
-{
-    const bool q6 = w->dtype == HX_DT_Q6_K, offsets = w->dtype == HX_DT_Q4_1;
-    const int64_t n_blk = w->n_in / (q6 ? 256 : 32);
-    const int qb = q6 ? HX_CUDA_Q6_K_BYTES : (int)(w->row_bytes / n_blk);
-    const int64_t chunk = (8 << 20) / w->row_bytes + 1;
-    unsigned char *hq = hx_alloc((size_t)(chunk * w->row_bytes));
-    uint16_t *hs = q6 ? NULL : hx_alloc((size_t)(chunk * n_blk) * 2);
-    uint16_t *hm = offsets ? hx_alloc((size_t)(chunk * n_blk) * 2) : NULL;
-    const size_t sb = (size_t)(w->n_out * n_blk) * 2;
-    cudaError_t e = !hq || (!q6 && !hs) || (offsets && !hm) ? cudaErrorMemoryAllocation
-                                                            : cudaSuccess;
-    if (e == cudaSuccess) e = cudaMalloc((void **)&w->q, (size_t)(w->n_out * w->row_bytes));
-    if (e == cudaSuccess && !q6) e = cudaMalloc((void **)&w->scales, sb);
-    if (e == cudaSuccess && offsets) e = cudaMalloc((void **)&w->biases, sb);
-    for (int64_t o0 = 0; e == cudaSuccess && o0 < w->n_out; o0 += chunk) {
-        const int64_t n = o0 + chunk < w->n_out ? chunk : w->n_out - o0;
-        split_task task = {t, o0, n, n_blk, qb, hq, hs, hm};
-        load_run(c, run_split, &task);
-        e = cudaMemcpy((unsigned char *)(uintptr_t)w->q + o0 * w->row_bytes, hq,
-                       (size_t)(n * w->row_bytes), cudaMemcpyHostToDevice);
-        if (e == cudaSuccess && hs)
-            e = cudaMemcpy((uint16_t *)(uintptr_t)w->scales + o0 * n_blk, hs, (size_t)(n * n_blk) * 2,
-                           cudaMemcpyHostToDevice);
-        if (e == cudaSuccess && hm)
-            e = cudaMemcpy((uint16_t *)(uintptr_t)w->biases + o0 * n_blk, hm, (size_t)(n * n_blk) * 2,
-                           cudaMemcpyHostToDevice);
-    }
-    hx_free(hq);
-    hx_free(hs);
-    hx_free(hm);
-    return e;
-}
-
-/* Uploads tensor t's rows (and an MLX tensor's scales and biases): unchanged, except the
- * 32-value block formats and Q6_K, rearranged by upload_split. */
-static hx_status upload_wmat(cuda_impl *c, const hx_tensor *t, hx_cuda_wmat *w, hx_err *err)
-{
-    const int64_t n_in = t->shape[t->n_dims - 1], n_out = hx_tensor_n_rows(t);
-    if (!hx_cuda_format_ok(t->dtype, n_in))
-        return hx_err_set(err, HX_E_UNSUPPORTED,
-                          "cuda: a %s tensor with rows of %lld values (the GPU kernels read "
-                          "rows in multiples of 32)", hx_dtypes[t->dtype].name, (long long)n_in);
-    *w = (hx_cuda_wmat){.dtype = t->dtype, .sb_dtype = t->sb_dtype,
-                        .group_size = t->group_size, .n_out = n_out, .n_in = n_in,
-                        .row_bytes = (int64_t)hx_dtype_row_bytes(t->dtype, n_in)};
-    cudaError_t e = cudaSuccess;
-    const size_t q_bytes = (size_t)w->row_bytes * (size_t)n_out;
-    bool ok;
-    if (mlx4_as_q4_1(t)) w->dtype = HX_DT_Q4_1;
-    if (is_b32(w->dtype)) {
-        w->row_bytes = w->dtype == HX_DT_Q8_0 ? n_in : n_in / 2;
-        w->sb_dtype = HX_DT_F16;
-        w->group_size = 32;
-        ok = (e = upload_split(c, t, w)) == cudaSuccess;
-    } else if (t->dtype == HX_DT_Q6_K) {
-        w->row_bytes = n_in / 256 * HX_CUDA_Q6_K_BYTES;
-        ok = (e = upload_split(c, t, w)) == cudaSuccess;
-    } else {
-        ok = (w->q = upload(t->data, q_bytes, &e)) != NULL;
-    }
-    if (ok && (w->dtype == HX_DT_MLX4 || w->dtype == HX_DT_MLX8)) {
-        const size_t sb = (size_t)n_out * (size_t)(n_in / t->group_size) * sb_bytes(t->sb_dtype);
-        ok = (w->scales = upload(t->scales, sb, &e)) != NULL &&
-             (w->biases = upload(t->biases, sb, &e)) != NULL;
-    }
-    if (!ok) {
-        wmat_free(w);
-        return hx_err_set(err, e == cudaErrorMemoryAllocation ? HX_E_NOMEM : HX_E_IO,
-                          "cuda: uploading a %zu MiB weight: %s", q_bytes >> 20,
-                          cudaGetErrorString(e));
-    }
-    return HX_OK;
-}
-
-static cache_ent *cache_find(cuda_impl *c, const void *key)
-{
-    for (size_t i = 0; i < c->n_cache; i++)
-        if (c->cache[i].key == key) return &c->cache[i];
-    return NULL;
-}
-
-static void cache_add(cuda_impl *c, const void *key, const hx_cuda_wmat *w, bool owned)
-{
-    if (c->n_cache == c->cap_cache) {
-        const size_t cap = c->cap_cache ? 2 * c->cap_cache : 256;
-        cache_ent *p = hx_realloc(c->cache, cap * sizeof *p);
-        if (!p) cuda_die("host allocation", "out of memory", __FILE__, __LINE__);
-        c->cache = p;
-        c->cap_cache = cap;
-    }
-    c->cache[c->n_cache++] = (cache_ent){key, *w, owned};
-}
-
-/* The device copy of t as floats (norm weights, biases: small, read by every row). */
-static const float *dev_floats_of(cuda_impl *c, const hx_tensor *t)
-{
-    const cache_ent *e = cache_find(c, t->data);
-    if (e) return e->w.q;
-    const int64_t rows = hx_tensor_n_rows(t), n = t->shape[t->n_dims - 1];
-    float *h = hx_alloc((size_t)(rows * n) * sizeof *h);
-    if (!h) cuda_die("host allocation", "out of memory", __FILE__, __LINE__);
-    for (int64_t r = 0; r < rows; r++) hx_tensor_dequant_row(t, r, h + r * n);
-    cudaError_t err;
-    void *d = upload(h, (size_t)(rows * n) * sizeof *h, &err);
-    hx_free(h);
-    if (!d) cuda_die("uploading a small tensor", cudaGetErrorString(err), __FILE__, __LINE__);
-    const hx_cuda_wmat w = {.q = d, .dtype = HX_DT_F32, .n_out = rows, .n_in = n,
-                            .row_bytes = n * 4};
-    cache_add(c, t->data, &w, true);
-    return d;
-}
-
-/* The device copy of n host floats at p (the rope frequencies). */
-static const float *dev_array(cuda_impl *c, const float *p, int64_t n)
-{
-    const cache_ent *e = cache_find(c, p);
-    if (e) return e->w.q;
-    cudaError_t err;
-    void *d = upload(p, (size_t)n * sizeof *p, &err);
-    if (!d) cuda_die("uploading an array", cudaGetErrorString(err), __FILE__, __LINE__);
-    const hx_cuda_wmat w = {.q = d, .dtype = HX_DT_F32, .n_out = 1, .n_in = n,
-                            .row_bytes = n * 4};
-    cache_add(c, p, &w, true);
-    return d;
-}
-
-/* The device copy of a table read in its format (the embeddings): the one `weight` uploaded
- * when the output projection shares it, else uploaded now. */
-static const hx_cuda_wmat *dev_wmat_of(cuda_impl *c, const hx_tensor *t)
-{
-    const cache_ent *e = cache_find(c, t->data);
-    if (e) return &e->w;
-    hx_cuda_wmat w;
-    hx_err err = {0};
-    if (upload_wmat(c, t, &w, &err) != HX_OK)
-        cuda_die("uploading a table", err.msg, __FILE__, __LINE__);
-    cache_add(c, t->data, &w, true);
-    return &c->cache[c->n_cache - 1].w;
-}
-
-/* backend.h `table`: the embedding table uploaded at load (once: a tied table is the output
- * weight `weight` uploaded). */
-static hx_status cuda_table(hx_backend *be, const hx_tensor *w, hx_err *err)
-{
-    cuda_impl *c = cx(be);
-    if (cache_find(c, w->data)) return HX_OK;
-    hx_cuda_wmat cw;
-    const hx_status st = upload_wmat(c, w, &cw, err);
-    if (st == HX_OK) cache_add(c, w->data, &cw, true);
-    return st;
-}
-
 /* ---- memory ---- */
 
 static void *cuda_alloc(hx_backend *be, size_t bytes)
 {
-    cx(be);
+    hx_cuda_enter(be);
     void *p = NULL;
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
         (void)cudaGetLastError(); /* clear the sticky-free allocation error */
@@ -722,22 +71,22 @@ static void *cuda_alloc(hx_backend *be, size_t bytes)
 
 static void cuda_free(hx_backend *be, void *p)
 {
-    flush(cx(be)); /* recorded ops may still use p */
+    hx_cuda_flush(hx_cuda_enter(be)); /* recorded ops may still use p */
     cudaFree(p);
 }
 
 static void cuda_read(hx_backend *be, void *dst, const void *src, size_t n)
 {
-    cuda_impl *c = cx(be);
-    const double t0 = now_ms();
+    cuda_impl *c = hx_cuda_enter(be);
+    const double t0 = hx_now_ms();
     if (c->step_prof) CK(cudaEventRecord(c->ev_a, c->stream));
-    flush(c);
-    const double t1 = now_ms(); /* launched (a copy to pageable memory would wait) */
+    hx_cuda_flush(c);
+    const double t1 = hx_now_ms(); /* launched (a copy to pageable memory would wait) */
     if (c->step_prof) CK(cudaEventRecord(c->ev_b, c->stream));
     CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
     CK(cudaStreamSynchronize(c->stream));
     if (c->step_prof) {
-        const double t2 = now_ms();
+        const double t2 = hx_now_ms();
         float gpu = 0.0f;
         CK(cudaEventElapsedTime(&gpu, c->ev_a, c->ev_b));
         if (c->last_read > 0) c->st_host += t0 - c->last_read;
@@ -748,25 +97,17 @@ static void cuda_read(hx_backend *be, void *dst, const void *src, size_t n)
         c->last_read = t2;
     }
     c->arena_used = 0; /* everything staged has been consumed */
-    forget_staged(c);
-    op_done(c, "read");
+    hx_cuda_forget_staged(c);
+    hx_cuda_op_done(c, "read");
 }
 
 static void cuda_mem_info(hx_backend *be, int64_t *free_bytes, int64_t *total_bytes)
 {
-    cx(be);
+    hx_cuda_enter(be);
     size_t f = 0, t = 0;
     if (cudaMemGetInfo(&f, &t) != cudaSuccess) (void)cudaGetLastError();
     *free_bytes = (int64_t)f;
     *total_bytes = (int64_t)t;
-}
-
-/* Runs what is logged, waits for the GPU and forgets every captured graph. */
-static void drop_graphs(cuda_impl *c)
-{
-    settle(c);
-    for (int i = 0; i < c->n_graph; i++) cudaGraphExecDestroy(c->graph[i].exec);
-    c->n_graph = 0;
 }
 
 /* Device buffer *p of at least n 2-byte elements (grown, never shrunk). Captured graphs have
@@ -774,7 +115,7 @@ static void drop_graphs(cuda_impl *c)
 static hx_status ensure_half(cuda_impl *c, void **p, int64_t *have, int64_t n, hx_err *err)
 {
     if (n <= *have) return HX_OK;
-    drop_graphs(c);
+    hx_cuda_drop_graphs(c);
     cudaFree(*p);
     *p = NULL;
     *have = 0;
@@ -787,7 +128,7 @@ static hx_status ensure_half(cuda_impl *c, void **p, int64_t *have, int64_t n, h
 
 static hx_status cuda_reserve(hx_backend *be, int64_t max_row, int64_t max_tok, hx_err *err)
 {
-    cuda_impl *c = cx(be);
+    cuda_impl *c = hx_cuda_enter(be);
     c->max_tok = max_tok;
     if (max_tok <= HX_CUDA_GEMV_ROWS) return HX_OK; /* every matmul takes the GEMV */
     /* half_x holds a matmul's input: as wide as the widest weight input seen, not max_row (which
@@ -797,122 +138,6 @@ static hx_status cuda_reserve(hx_backend *be, int64_t max_row, int64_t max_tok, 
     hx_status st = ensure_half(c, &c->half_x, &c->half_x_elems, row * max_tok, err);
     const int64_t w = c->max_weight_elems < HALF_W_ELEMS ? c->max_weight_elems : HALF_W_ELEMS;
     return st == HX_OK ? ensure_half(c, &c->half_w, &c->half_w_elems, w, err) : st;
-}
-
-/* ---- weights ---- */
-
-static const hx_tensor *cuda_weight(hx_backend *be, const hx_tensor *w, hx_err *err)
-{
-    cuda_impl *c = cx(be);
-    uploaded_weight *cw = hx_calloc(1, sizeof *cw);
-    if (!cw) {
-        hx_err_set(err, HX_E_NOMEM, "out of memory");
-        return NULL;
-    }
-    if (upload_wmat(c, w, &cw->w, err) != HX_OK) {
-        hx_free(cw);
-        return NULL;
-    }
-    if (c->n_weights == c->cap_weights) {
-        const size_t cap = c->cap_weights ? 2 * c->cap_weights : 256;
-        uploaded_weight **p = hx_realloc(c->weights, cap * sizeof *p);
-        if (!p) {
-            wmat_free(&cw->w);
-            hx_free(cw);
-            hx_err_set(err, HX_E_NOMEM, "out of memory");
-            return NULL;
-        }
-        c->weights = p;
-        c->cap_weights = cap;
-    }
-    c->weights[c->n_weights++] = cw;
-    cw->t = *w;
-    cw->t.prepared = &cw->w;
-    /* The embedding lookup of a tied table finds this copy instead of uploading its own. */
-    if (!cache_find(c, w->data)) cache_add(c, w->data, &cw->w, false);
-    const int64_t elems = cw->w.n_out * cw->w.n_in;
-    if (elems > c->max_weight_elems) c->max_weight_elems = elems;
-    if (cw->w.n_in > c->max_n_in) c->max_n_in = cw->w.n_in;
-    const size_t gib = (size_t)1 << 30, before = c->uploaded;
-    c->uploaded += (size_t)cw->w.row_bytes * (size_t)cw->w.n_out;
-    if (c->uploaded / gib > before / gib)
-        fprintf(stderr, "hearth: cuda:%d: %zu GiB of weights uploaded\n", c->device,
-                c->uploaded / gib);
-    return &cw->t;
-}
-
-/* The upload behind a tensor `weight` returned. */
-static uploaded_weight *uploaded_of(const hx_tensor *w)
-{
-    return (uploaded_weight *)(void *)((char *)(void *)(uintptr_t)w->prepared -
-                                       offsetof(uploaded_weight, w));
-}
-
-/* Drops every layer's expert tables (they copy weights' descriptions: a released weight makes
- * them stale). */
-static void drop_moe_tables(cuda_impl *c)
-{
-    if (!c->n_moe_tabs) return;
-    settle(c);
-    for (int i = 0; i < c->n_moe_tabs; i++)
-        for (int k = 0; k < 3; k++) cudaFree(c->moe_tabs[i].tab[k]);
-    c->n_moe_tabs = 0;
-}
-
-static void cuda_weight_release(hx_backend *be, const hx_tensor *w)
-{
-    cuda_impl *c = cx(be);
-    if (!w || !w->prepared) return;
-    drop_moe_tables(c);
-    uploaded_weight *cw = uploaded_of(w);
-    cache_ent *e = cache_find(c, w->data);
-    if (e && !e->owned && e->w.q == cw->w.q) *e = c->cache[--c->n_cache]; /* gone with it */
-    for (size_t i = 0; i < c->n_weights; i++)
-        if (c->weights[i] == cw) {
-            c->weights[i] = c->weights[--c->n_weights];
-            break;
-        }
-    if (cw->half) { /* a graph may still read it: let the GPU finish first */
-        settle(c);
-        cudaFree(cw->half);
-    }
-    wmat_free(&cw->w);
-    hx_free(cw);
-}
-
-/* Memory keep_dequantized leaves free on the device whatever its budget (cuBLAS's and the
- * driver's allocations that no fit counts). */
-#define DEQUANT_MARGIN ((size_t)512 << 20)
-
-/* keep_dequantized: f16 copies of the quantized weights, in upload order (layer by layer, the
- * output projection last) while they fit, each made once by the dequantizer that otherwise runs
- * before every GEMM of more than HX_CUDA_GEMV_ROWS rows (run_matmul). Opt-in until timed on a
- * GPU: HEARTH_CUDA_F16_WEIGHTS=1. */
-static int64_t cuda_keep_dequantized(hx_backend *be, int64_t bytes)
-{
-    cuda_impl *c = cx(be);
-    const char *on = getenv("HEARTH_CUDA_F16_WEIGHTS");
-    if (!on || strcmp(on, "1") != 0 || bytes <= 0 || c->max_tok <= HX_CUDA_GEMV_ROWS)
-        return 0; /* (no step of so few rows reaches a GEMM) */
-    drop_graphs(c); /* those so far dequantize before their GEMMs: the next steps capture anew */
-    int64_t kept = 0;
-    for (size_t i = 0; i < c->n_weights; i++) {
-        uploaded_weight *cw = c->weights[i];
-        const size_t need = (size_t)cw->w.n_out * (size_t)cw->w.n_in * 2;
-        if (cw->half || !hx_cuda_gemv_int8(cw->w.dtype) || kept + (int64_t)need > bytes)
-            continue; /* a float weight needs none; a smaller one may still fit */
-        size_t f = 0, t = 0;
-        if (cudaMemGetInfo(&f, &t) != cudaSuccess || f < need + DEQUANT_MARGIN ||
-            cudaMalloc(&cw->half, need) != cudaSuccess) {
-            (void)cudaGetLastError();
-            cw->half = NULL;
-            break;
-        }
-        hx_cuda_dequant_rows(&cw->w, 0, cw->w.n_out, cw->half, 0, c->stream);
-        kept += (int64_t)need;
-    }
-    CK(cudaStreamSynchronize(c->stream));
-    return kept;
 }
 
 /* ---- KV storage ---- */
@@ -925,7 +150,7 @@ static size_t kv_bytes(const hx_kv_store *kv)
 
 static hx_status cuda_kv_alloc(hx_backend *be, hx_kv_store *kv, hx_err *err)
 {
-    cuda_impl *c = cx(be);
+    cuda_impl *c = hx_cuda_enter(be);
     if (kv->dtype != HX_KV_F16)
         return hx_err_set(err, HX_E_UNSUPPORTED,
                           "the cuda backend keeps the KV cache in f16 only (a quantized KV "
@@ -952,7 +177,7 @@ static hx_status cuda_kv_alloc(hx_backend *be, hx_kv_store *kv, hx_err *err)
 
 static void cuda_kv_free(hx_backend *be, hx_kv_store *kv)
 {
-    flush(cx(be));
+    hx_cuda_flush(hx_cuda_enter(be));
     cudaFree(kv->k);
     cudaFree(kv->v);
     kv->k = kv->v = NULL;
@@ -970,7 +195,7 @@ static const int32_t *stage_blocks(cuda_impl *c, const hx_kv_store *kv, const hx
 {
     const int64_t n = (seq->n_ctx + kv->block_tokens - 1) / kv->block_tokens;
     const int64_t padded = (n + BLOCKS_PAD - 1) / BLOCKS_PAD * BLOCKS_PAD;
-    return stage(c, seq->blocks, (size_t)n * 4, (size_t)padded * 4);
+    return hx_cuda_stage(c, seq->blocks, (size_t)n * 4, (size_t)padded * 4);
 }
 
 typedef struct {
@@ -988,7 +213,7 @@ static void run_copy(cuda_impl *c, const void *p)
 
 static void cuda_kv_copy(hx_backend *be, const hx_kv_store *kv, int32_t src, int32_t dst)
 {
-    cuda_impl *c = cx(be);
+    cuda_impl *c = hx_cuda_enter(be);
     HX_ASSERT(src != dst && src >= 0 && dst >= 0 && src < kv->n_blocks && dst < kv->n_blocks);
     const size_t per = kv_bytes(kv) / (size_t)kv->n_blocks;
     copy_args a;
@@ -998,7 +223,7 @@ static void cuda_kv_copy(hx_backend *be, const hx_kv_store *kv, int32_t src, int
     a.src[0] = (const unsigned char *)kv->k + (size_t)src * per;
     a.src[1] = (const unsigned char *)kv->v + (size_t)src * per;
     a.bytes = per;
-    record(c, "kv_copy", run_copy, &a, sizeof a);
+    hx_cuda_record(c, "kv_copy", run_copy, &a, sizeof a);
 }
 
 typedef struct {
@@ -1026,7 +251,7 @@ static void attn_common(cuda_impl *c, attn_args *a, const hx_kv_store *kv, int32
     a->kv = kv_view(kv);
     a->layer = layer;
     a->blocks = stage_blocks(c, kv, seq);
-    a->pos = stage_ints(c, pos, n_tok);
+    a->pos = hx_cuda_stage_ints(c, pos, n_tok);
     a->n_tok = n_tok;
 }
 
@@ -1079,7 +304,7 @@ static void cuda_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
                            const hx_kv_seq *seq, const float *q, const int32_t *pos,
                            int64_t n_tok, const hx_attn_shape *s, float *out)
 {
-    cuda_impl *c = cx(be);
+    cuda_impl *c = hx_cuda_enter(be);
     HX_ASSERT(s->n_kv_head == kv->n_kv_head && s->d_head == kv->d_head &&
               s->n_head % s->n_kv_head == 0);
     attn_args a;
@@ -1100,7 +325,7 @@ static void cuda_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
     hx_err err = {0};
     const int64_t had = c->att_scratch_elems;
     if (ensure_half(c, &c->att_scratch, &c->att_scratch_elems, 2 * need, &err) != HX_OK)
-        cuda_die("attention scratch", err.msg, __FILE__, __LINE__);
+        hx_cuda_die("attention scratch", err.msg, __FILE__, __LINE__);
     if (c->att_scratch_elems != had) p = NULL; /* growing ran the log: nothing to join */
     a.q = q;
     a.out = out;
@@ -1124,7 +349,7 @@ static void cuda_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
         return;
     }
     if (a.use_rows) put_rows(&a.rows, 0, &a);
-    record(c, "attention", run_attention, &a, sizeof a);
+    hx_cuda_record(c, "attention", run_attention, &a, sizeof a);
 }
 
 /* ---- matmul and the other ops ---- */
@@ -1152,15 +377,15 @@ static void run_embed(cuda_impl *c, const void *p)
 static void cuda_embed(hx_backend *be, const hx_tensor *w, const int32_t *ids, int64_t n_tok,
                        float *out)
 {
-    cuda_impl *c = cx(be);
+    cuda_impl *c = hx_cuda_enter(be);
     mat_args a;
     memset(&a, 0, sizeof a);
-    a.job[0].w = *dev_wmat_of(c, w);
+    a.job[0].w = *hx_cuda_dev_wmat(c, w);
     a.job[0].out = out;
     a.n_jobs = 1;
-    a.ids = stage_ints(c, ids, n_tok);
+    a.ids = hx_cuda_stage_ints(c, ids, n_tok);
     a.n = n_tok;
-    record(c, "embed", run_embed, &a, sizeof a);
+    hx_cuda_record(c, "embed", run_embed, &a, sizeof a);
 }
 
 /* out[rows, o0:o1] = a[o0:o1] . x for a in 2-byte dtype `type` ([o1 - o0, n_in] row-major)
@@ -1252,7 +477,7 @@ static void gemv_input(cuda_impl *c, mat_args *a)
     hx_err err = {0};
     const void *had = c->xq;
     if (ensure_half(c, &c->xq, &c->xq_elems, (q_bytes + n / 32 * 4) / 2, &err) != HX_OK)
-        cuda_die("GEMV scratch", err.msg, __FILE__, __LINE__);
+        hx_cuda_die("GEMV scratch", err.msg, __FILE__, __LINE__);
     if (c->xq != had) c->xq_of = NULL;
     a->xq = c->xq;
     a->xd = (float *)(void *)((char *)c->xq + q_bytes);
@@ -1278,7 +503,7 @@ static void gemv_input(cuda_impl *c, mat_args *a)
     }
     mat_args q = *a;
     q.n = n;
-    record(c, "quantize_x", run_quantize_x, &q, sizeof q);
+    hx_cuda_record(c, "quantize_x", run_quantize_x, &q, sizeof q);
 }
 
 static bool overlap(const float *a, int64_t na, const float *b, int64_t nb)
@@ -1294,8 +519,8 @@ static void *last_op(cuda_impl *c, op_fn fn)
 }
 
 /* last_op, for an op about to join that op's launch. The caller then either joins (the launch
- * writes more) or records an op of its own, so as record() does, xq stops counting as a copy of
- * any rows (cuda_matmul re-sets it after a GEMV). */
+ * writes more) or records an op of its own, so as hx_cuda_record() does, xq stops counting as a
+ * copy of any rows (cuda_matmul re-sets it after a GEMV). */
 static void *join_last(cuda_impl *c, op_fn fn)
 {
     void *p = last_op(c, fn);
@@ -1341,23 +566,23 @@ static bool join_gemv(cuda_impl *c, const mat_args *a)
 static void cuda_matmul(hx_backend *be, const hx_tensor *w, const hx_tensor *bias, const float *x,
                         int64_t n_rows, float *out)
 {
-    cuda_impl *c = cx(be);
+    cuda_impl *c = hx_cuda_enter(be);
     HX_ASSERT(w->prepared); /* every matmul weight went through `weight` */
     mat_args a;
     memset(&a, 0, sizeof a);
     const hx_cuda_wmat *wm = w->prepared;
     a.job[0].w = *wm;
-    a.job[0].bias = bias ? dev_floats_of(c, bias) : NULL;
+    a.job[0].bias = bias ? hx_cuda_dev_floats(c, bias) : NULL;
     a.job[0].out = out;
     a.n_jobs = 1;
     a.x = x;
     a.n = n_rows;
     const bool gemv = n_rows <= HX_CUDA_GEMV_ROWS, int8 = gemv && hx_cuda_gemv_int8(wm->dtype);
-    if (!gemv) a.w_half = uploaded_of(w)->half;
+    if (!gemv) a.w_half = hx_cuda_uploaded_of(w)->half;
     hx_err err = {0}; /* (grown before last_op: growing runs the log, so no GEMM is before) */
     if (!gemv && wm->dtype != HX_DT_F32 &&
         ensure_half(c, &c->half_x, &c->half_x_elems, n_rows * wm->n_in, &err) != HX_OK)
-        cuda_die("matmul scratch", err.msg, __FILE__, __LINE__);
+        hx_cuda_die("matmul scratch", err.msg, __FILE__, __LINE__);
     if (int8) gemv_input(c, &a);
     const mat_args *p = gemv || wm->dtype == HX_DT_F32 ? NULL : last_op(c, run_matmul);
     if (p) { /* a GEMM right before: of the same x? */
@@ -1367,7 +592,7 @@ static void cuda_matmul(hx_backend *be, const hx_tensor *w, const hx_tensor *bia
                    !overlap(p->job[0].out, n_rows * p->job[0].w.n_out, x, n_rows * wm->n_in);
     }
     if (!gemv || !join_gemv(c, &a))
-        record(c, gemv ? "matmul gemv" : "matmul gemm", run_matmul, &a, sizeof a);
+        hx_cuda_record(c, gemv ? "matmul gemv" : "matmul gemm", run_matmul, &a, sizeof a);
     if (int8 && !overlap(out, n_rows * wm->n_out, x, n_rows * wm->n_in)) {
         c->xq_of = x; /* still what xq holds after this op */
         c->xq_n = n_rows * wm->n_in;
@@ -1383,16 +608,16 @@ static void run_rmsnorm(cuda_impl *c, const void *p)
 static void cuda_rmsnorm(hx_backend *be, const float *x, const hx_tensor *w, int64_t n_rows,
                          int64_t d, float eps, float *out)
 {
-    cuda_impl *c = cx(be);
+    cuda_impl *c = hx_cuda_enter(be);
     row_args a;
     memset(&a, 0, sizeof a);
     a.x = x;
-    a.w = dev_floats_of(c, w);
+    a.w = hx_cuda_dev_floats(c, w);
     a.n = n_rows;
     a.d = d;
     a.f = eps;
     a.out = out;
-    record(c, "rmsnorm", run_rmsnorm, &a, sizeof a);
+    hx_cuda_record(c, "rmsnorm", run_rmsnorm, &a, sizeof a);
 }
 
 static void run_rope(cuda_impl *c, const void *p)
@@ -1405,15 +630,15 @@ static void run_rope(cuda_impl *c, const void *p)
 static void cuda_rope(hx_backend *be, float *x, const int32_t *pos, int64_t n_tok, int32_t n_head,
                       int32_t d_head, const hx_rope *rope)
 {
-    cuda_impl *c = cx(be);
+    cuda_impl *c = hx_cuda_enter(be);
     row_args a;
     memset(&a, 0, sizeof a);
     a.out = x;
-    a.idx = stage_ints(c, pos, n_tok);
+    a.idx = hx_cuda_stage_ints(c, pos, n_tok);
     a.n = n_tok;
     a.i0 = n_head;
     a.i1 = d_head;
-    a.w = dev_array(c, rope->inv_freq, rope->n_rot / 2);
+    a.w = hx_cuda_dev_array(c, rope->inv_freq, rope->n_rot / 2);
     a.i2 = rope->n_rot;
     a.f = rope->mscale;
     a.i3 = rope->pairs;
@@ -1426,13 +651,13 @@ static void cuda_rope(hx_backend *be, float *x, const int32_t *pos, int64_t n_to
         p->i4 = n_head;
         return;
     }
-    record(c, "rope", run_rope, &a, sizeof a);
+    hx_cuda_record(c, "rope", run_rope, &a, sizeof a);
 }
 
 static void cuda_kv_write(hx_backend *be, hx_kv_store *kv, int32_t layer, const hx_kv_seq *seq,
                           const int32_t *pos, const float *k, const float *v, int64_t n_tok)
 {
-    cuda_impl *c = cx(be);
+    cuda_impl *c = hx_cuda_enter(be);
     attn_args a;
     attn_common(c, &a, kv, layer, seq, pos, n_tok);
     a.k = k;
@@ -1452,13 +677,13 @@ static void cuda_kv_write(hx_backend *be, hx_kv_store *kv, int32_t layer, const 
     a.use_rows = n_tok <= HX_CUDA_GEMV_ROWS;
     attn_args *j = a.use_rows ? rows_before(c, run_kv_write, &a) : NULL;
     if (j && j->k + j->n_tok * kv->kv_dim == k && j->v + j->n_tok * kv->kv_dim == v) {
-        c->xq_of = NULL; /* as record() would */
+        c->xq_of = NULL; /* as hx_cuda_record() would */
         put_rows(&j->rows, j->n_tok, &a);
         j->n_tok += n_tok;
         return;
     }
     if (a.use_rows) put_rows(&a.rows, 0, &a);
-    record(c, "kv_write", run_kv_write, &a, sizeof a);
+    hx_cuda_record(c, "kv_write", run_kv_write, &a, sizeof a);
 }
 
 static void run_gather(cuda_impl *c, const void *p)
@@ -1470,15 +695,15 @@ static void run_gather(cuda_impl *c, const void *p)
 static void cuda_gather_rows(hx_backend *be, const float *src, const int32_t *rows, int64_t n,
                              int64_t d, float *dst)
 {
-    cuda_impl *c = cx(be);
+    cuda_impl *c = hx_cuda_enter(be);
     row_args a;
     memset(&a, 0, sizeof a);
     a.x = src;
-    a.idx = stage_ints(c, rows, n);
+    a.idx = hx_cuda_stage_ints(c, rows, n);
     a.n = n;
     a.d = d;
     a.out = dst;
-    record(c, "gather_rows", run_gather, &a, sizeof a);
+    hx_cuda_record(c, "gather_rows", run_gather, &a, sizeof a);
 }
 
 /* ---- mixture of experts ----
@@ -1511,53 +736,11 @@ static void scatter_add(cuda_impl *c, float *out, const float *y, const int32_t 
     memset(&a, 0, sizeof a);
     a.out = out;
     a.x = y;
-    a.idx = stage_ints(c, rows, n);
-    a.w = stage(c, w, (size_t)n * sizeof *w, (size_t)n * sizeof *w);
+    a.idx = hx_cuda_stage_ints(c, rows, n);
+    a.w = hx_cuda_stage(c, w, (size_t)n * sizeof *w, (size_t)n * sizeof *w);
     a.n = n;
     a.d = d;
-    record(c, "scatter_add", run_scatter_add, &a, sizeof a);
-}
-
-/* The layer's expert tables, made at its first routed step; NULL when its experts cannot go
- * routed (a float format, or experts of mixed formats or shapes: hx_cuda_gemv_routed takes one
- * of each a launch). */
-static const moe_tables *moe_tables_of(cuda_impl *c, const hx_moe *m)
-{
-    for (int i = 0; i < c->n_moe_tabs; i++)
-        if (c->moe_tabs[i].key == (const void *)m->gate) return &c->moe_tabs[i];
-    const hx_tensor **sets[3] = {m->gate, m->up, m->down};
-    hx_cuda_wmat *host = hx_alloc((size_t)m->n_expert * sizeof *host);
-    if (!host) return NULL;
-    moe_tables t = {.key = m->gate};
-    bool ok = true;
-    for (int k = 0; k < 3 && ok; k++) {
-        for (int32_t e = 0; e < m->n_expert; e++)
-            host[e] = *(const hx_cuda_wmat *)sets[k][e]->prepared;
-        const hx_cuda_wmat *w0 = &host[0];
-        ok = hx_cuda_gemv_int8(w0->dtype) != 0;
-        for (int32_t e = 1; e < m->n_expert && ok; e++)
-            ok = host[e].dtype == w0->dtype && host[e].n_in == w0->n_in &&
-                 host[e].n_out == w0->n_out && host[e].group_size == w0->group_size &&
-                 host[e].sb_dtype == w0->sb_dtype;
-        t.like[k] = *w0;
-        const size_t bytes = (size_t)m->n_expert * sizeof *host;
-        ok = ok && cudaMalloc((void **)&t.tab[k], bytes) == cudaSuccess &&
-             cudaMemcpy(t.tab[k], host, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
-    }
-    hx_free(host);
-    if (ok && c->n_moe_tabs == c->cap_moe_tabs) {
-        const int cap = c->cap_moe_tabs ? 2 * c->cap_moe_tabs : 64;
-        moe_tables *p = hx_realloc(c->moe_tabs, (size_t)cap * sizeof *p);
-        if (p) c->moe_tabs = p, c->cap_moe_tabs = cap;
-        ok = p != NULL;
-    }
-    if (!ok) {
-        (void)cudaGetLastError();
-        for (int k = 0; k < 3; k++) cudaFree(t.tab[k]);
-        return NULL;
-    }
-    c->moe_tabs[c->n_moe_tabs] = t;
-    return &c->moe_tabs[c->n_moe_tabs++];
+    hx_cuda_record(c, "scatter_add", run_scatter_add, &a, sizeof a);
 }
 
 /* The routed moe op's arguments: routing, the experts' GEMVs and their sum, all on the device. */
@@ -1628,7 +811,7 @@ static bool moe_routed(cuda_impl *c, const hx_moe *m, const float *router, const
     if (!on || strcmp(on, "1") != 0 || n_tok > HX_CUDA_GEMV_ROWS || m->sh_gate ||
         m->n_used > 32 || m->n_expert > HX_CUDA_MOE_EXPERTS || d % 32 || m->d_ff % 32)
         return false;
-    const moe_tables *t = moe_tables_of(c, m);
+    const moe_tables *t = hx_cuda_moe_tables(c, m);
     if (!t || t->like[0].n_in != d || t->like[0].n_out != m->d_ff || t->like[2].n_in != m->d_ff ||
         t->like[2].n_out != d)
         return false;
@@ -1643,17 +826,17 @@ static bool moe_routed(cuda_impl *c, const hx_moe *m, const float *router, const
     const size_t bytes = moe_layout(&a, NULL);
     hx_err err = {0};
     if (ensure_half(c, &c->moe_dev, &c->moe_dev_elems, (int64_t)(bytes + 1) / 2, &err) != HX_OK)
-        cuda_die("moe scratch", err.msg, __FILE__, __LINE__);
+        hx_cuda_die("moe scratch", err.msg, __FILE__, __LINE__);
     a.n_tok = n_tok;
     moe_layout(&a, c->moe_dev);
-    record(c, "moe routed", run_moe_routed, &a, sizeof a);
+    hx_cuda_record(c, "moe routed", run_moe_routed, &a, sizeof a);
     return true;
 }
 
 static void cuda_moe(hx_backend *be, const hx_moe *m, const float *router, const float *x,
                      int64_t n_tok, int64_t d_model, float *work, float *out)
 {
-    cuda_impl *c = cx(be);
+    cuda_impl *c = hx_cuda_enter(be);
     if (moe_routed(c, m, router, x, n_tok, d_model, out)) return;
     const int64_t T = n_tok, d = d_model, k = m->n_used, E = m->n_expert;
     const int64_t d_ff = m->d_ff > m->d_ff_sh ? m->d_ff : m->d_ff_sh;
@@ -1665,7 +848,8 @@ static void cuda_moe(hx_backend *be, const hx_moe *m, const float *router, const
                         (m->sh_gate ? (size_t)(T * d + d) * 4 : 0);
     if (need > c->moe_host_bytes) {
         void *p = hx_realloc(c->moe_host, need);
-        if (!p) cuda_die("host allocation", "out of memory for expert routing", __FILE__, __LINE__);
+        if (!p)
+            hx_cuda_die("host allocation", "out of memory for expert routing", __FILE__, __LINE__);
         c->moe_host = p;
         c->moe_host_bytes = need;
     }
@@ -1679,7 +863,7 @@ static void cuda_moe(hx_backend *be, const hx_moe *m, const float *router, const
     memset(&z, 0, sizeof z);
     z.out = out;
     z.n = T * d;
-    record(c, "moe zero", run_zero, &z, sizeof z);
+    hx_cuda_record(c, "moe zero", run_zero, &z, sizeof z);
     for (int64_t e = 0; e < E; e++) {
         const int64_t n = off[e + 1] - off[e];
         if (n == 0) continue;
@@ -1709,7 +893,7 @@ static void run_glu(cuda_impl *c, const void *p)
 
 static void glu(hx_backend *be, const float *gate, const float *up, int64_t n, int act, float *out)
 {
-    cuda_impl *c = cx(be);
+    cuda_impl *c = hx_cuda_enter(be);
     row_args a;
     memset(&a, 0, sizeof a);
     a.x = gate;
@@ -1717,7 +901,7 @@ static void glu(hx_backend *be, const float *gate, const float *up, int64_t n, i
     a.n = n;
     a.i0 = act;
     a.out = out;
-    record(c, act ? "geglu" : "swiglu", run_glu, &a, sizeof a);
+    hx_cuda_record(c, act ? "geglu" : "swiglu", run_glu, &a, sizeof a);
 }
 
 static void cuda_swiglu(hx_backend *be, const float *gate, const float *up, int64_t n, float *out)
@@ -1742,7 +926,7 @@ static void run_elementwise(cuda_impl *c, const void *p)
 static void elementwise(hx_backend *be, const char *name, int kind, float *x, const float *y,
                         float f, int64_t n)
 {
-    cuda_impl *c = cx(be);
+    cuda_impl *c = hx_cuda_enter(be);
     row_args a;
     memset(&a, 0, sizeof a);
     a.out = x;
@@ -1750,14 +934,14 @@ static void elementwise(hx_backend *be, const char *name, int kind, float *x, co
     a.f = f;
     a.n = n;
     a.i0 = kind;
-    record(c, name, run_elementwise, &a, sizeof a);
+    hx_cuda_record(c, name, run_elementwise, &a, sizeof a);
 }
 
 /* x += y. Right after the GEMV that wrote y (the attention output and MLP projections), the
  * GEMV adds it as it writes (its job's acc) when x is none of its inputs or outputs. */
 static void cuda_add(hx_backend *be, float *x, const float *y, int64_t n)
 {
-    cuda_impl *c = cx(be);
+    cuda_impl *c = hx_cuda_enter(be);
     mat_args *p = last_gemv(c);
     hx_cuda_gemv_job *j = p ? &p->job[p->n_jobs - 1] : NULL;
     if (j && j->out == y && !j->acc && p->n * j->w.n_out == n &&
@@ -1812,7 +996,7 @@ static const hx_cuda_edit *stage_edits(cuda_impl *c, const hx_sample_row *rows, 
     if (n == 0) return NULL;
     if (n > c->smp_edits_cap) {
         hx_cuda_edit *e = hx_realloc(c->smp_edits, (size_t)*n_padded * sizeof *e);
-        if (!e) cuda_die("host allocation", "out of memory for the sampling edits", __FILE__,
+        if (!e) hx_cuda_die("host allocation", "out of memory for the sampling edits", __FILE__,
                          __LINE__);
         c->smp_edits = e;
         c->smp_edits_cap = *n_padded;
@@ -1823,7 +1007,7 @@ static const hx_cuda_edit *stage_edits(cuda_impl *c, const hx_sample_row *rows, 
             const hx_sample_edit *x = &rows[i].edits[j];
             c->smp_edits[k++] = (hx_cuda_edit){(int32_t)i + 1, x->id, x->bias, x->count};
         }
-    return stage(c, c->smp_edits, (size_t)n * sizeof *c->smp_edits,
+    return hx_cuda_stage(c, c->smp_edits, (size_t)n * sizeof *c->smp_edits,
                  (size_t)*n_padded * sizeof *c->smp_edits);
 }
 
@@ -1832,7 +1016,7 @@ static const hx_cuda_edit *stage_edits(cuda_impl *c, const hx_sample_row *rows, 
 static void cuda_sample(hx_backend *be, float *logits, int64_t n, int64_t n_vocab,
                         const hx_sample_row *rows, hx_sample_out *out)
 {
-    cuda_impl *c = cx(be);
+    cuda_impl *c = hx_cuda_enter(be);
     for (int64_t i0 = 0; i0 < n; i0 += SAMPLE_ROWS) {
         const int64_t m = n - i0 < SAMPLE_ROWS ? n - i0 : SAMPLE_ROWS;
         hx_cuda_draw d[SAMPLE_ROWS];
@@ -1852,17 +1036,17 @@ static void cuda_sample(hx_backend *be, float *logits, int64_t n, int64_t n_voca
         if (ensure_half(c, &c->smp_scratch, &c->smp_scratch_elems,
                         (int64_t)(cand + sizeof(hx_cuda_drawn[SAMPLE_ROWS]) + 1) / 2,
                         &err) != HX_OK)
-            cuda_die("sampling scratch", err.msg, __FILE__, __LINE__);
+            hx_cuda_die("sampling scratch", err.msg, __FILE__, __LINE__);
         sample_args a;
         memset(&a, 0, sizeof a);
         a.logits = logits + i0 * n_vocab;
-        a.draws = stage(c, d, (size_t)m * sizeof *d, (size_t)m * sizeof *d);
+        a.draws = hx_cuda_stage(c, d, (size_t)m * sizeof *d, (size_t)m * sizeof *d);
         a.edits = stage_edits(c, rows + i0, m, &a.n_edits);
         a.scratch = c->smp_scratch;
         a.out = (hx_cuda_drawn *)((unsigned char *)c->smp_scratch + cand);
         a.n = m;
         a.n_vocab = n_vocab;
-        record(c, "sample", run_sample, &a, sizeof a);
+        hx_cuda_record(c, "sample", run_sample, &a, sizeof a);
         hx_cuda_drawn got[SAMPLE_ROWS];
         cuda_read(be, got, a.out, (size_t)m * sizeof *got);
         for (int64_t i = 0; i < m; i++) {
@@ -1885,7 +1069,7 @@ static void cuda_destroy(hx_backend *be)
     if (c) {
         cudaSetDevice(c->device);
         if (c->stream) {
-            flush(c);
+            hx_cuda_flush(c);
             cudaStreamSynchronize(c->stream);
         }
         for (int i = 0; i < c->n_graph; i++) cudaGraphExecDestroy(c->graph[i].exec);
@@ -1907,18 +1091,11 @@ static void cuda_destroy(hx_backend *be)
             cudaEventDestroy(c->ev_a);
             cudaEventDestroy(c->ev_b);
         }
-        for (size_t i = 0; i < c->n_cache; i++)
-            if (c->cache[i].owned) wmat_free(&c->cache[i].w);
-        hx_free(c->cache);
-        for (size_t i = 0; i < c->n_weights; i++) cudaFree(c->weights[i]->half);
-        hx_free(c->weights); /* (the weights themselves are their releasers') */
+        hx_cuda_weights_free(c);
         cudaFree(c->half_w);
         cudaFree(c->half_x);
         hx_free(c->moe_host);
-        drop_moe_tables(c);
-        hx_free(c->moe_tabs);
         cudaFree(c->moe_dev);
-        hx_pool_free(c->load_pool);
         cudaFree(c->xq);
         cudaFree(c->att_scratch);
         cudaFree(c->smp_scratch);
@@ -2026,10 +1203,7 @@ hx_status hx_cuda_backend_create(int device, hx_backend **out, hx_err *err)
     be->kv_copy = cuda_kv_copy;
     be->embed = cuda_embed;
     be->matmul = cuda_matmul;
-    be->weight = cuda_weight;
-    be->keep_dequantized = cuda_keep_dequantized;
-    be->weight_release = cuda_weight_release;
-    be->table = cuda_table;
+    hx_cuda_weight_ops(be);
     be->rmsnorm = cuda_rmsnorm;
     be->rope = cuda_rope;
     be->kv_write = cuda_kv_write;
