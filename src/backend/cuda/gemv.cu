@@ -119,6 +119,20 @@ __device__ __forceinline__ hx_cuda_gemv_job gemv_job_of(const gemv_set &set, int
     }
 }
 
+// The start of a GEMV block over a block format: its job (gemv_job_of), then, unless ROUTED
+// (whose wait came before it read the ids), its rows asked of L2 and the wait for the kernel
+// ahead.
+template <bool ROUTED, typename XQ, typename XD>
+__device__ __forceinline__ hx_cuda_gemv_job gemv_begin(const gemv_set &set, int64_t *o0, XQ *xq,
+                                                       XD *xd)
+{
+    const hx_cuda_gemv_job job = gemv_job_of<ROUTED>(set, o0, xq, xd);
+    if constexpr (!ROUTED) {
+        prefetch_rows(job.w, *o0, GEMV_ROWS);
+        after_prior();
+    }
+    return job;
+}
 
 // Output row o of batch row r, the sum s of its products: with the job's bias, into out (and
 // added into acc).
@@ -284,12 +298,8 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
                    const float *__restrict__ xd, int n_rows)
 {
     int64_t o0;
-    const hx_cuda_gemv_job job = gemv_job_of<ROUTED>(set, &o0, &xq, &xd);
+    const hx_cuda_gemv_job job = gemv_begin<ROUTED>(set, &o0, &xq, &xd);
     const hx_cuda_wmat &w = job.w;
-    if constexpr (!ROUTED) {
-        prefetch_rows(w, o0, GEMV_ROWS);
-        after_prior();
-    }
     const int64_t n8 = w.n_in / 8;
     float acc[GEMV_ROWS][R] = {};
     const int64_t n = (int64_t)n_rows * w.n_in; // the low bytes' offset
@@ -496,12 +506,8 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
                      const float *__restrict__ xd, int n_rows)
 {
     int64_t o0;
-    const hx_cuda_gemv_job job = gemv_job_of<ROUTED>(set, &o0, &xq, &xd);
+    const hx_cuda_gemv_job job = gemv_begin<ROUTED>(set, &o0, &xq, &xd);
     const hx_cuda_wmat &w = job.w;
-    if constexpr (!ROUTED) {
-        prefetch_rows(w, o0, GEMV_ROWS);
-        after_prior();
-    }
     constexpr int U = wide_unit<DT>(), NW = U / 4, NB = U / 32;
     const int64_t n_units = w.n_in / U;
     float acc[GEMV_ROWS][R] = {};
