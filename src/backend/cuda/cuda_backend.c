@@ -714,7 +714,8 @@ static void cuda_gather_rows(hx_backend *be, const float *src, const int32_t *ro
  * expert's gate, up and down matmuls (GEMVs for a decode step's rows, cuBLAS for a prompt's),
  * its output added, weighted, into the rows (experts in ascending id, as on the CPU). So a step
  * of such a model waits for the GPU once a layer, and as its experts change from step to step
- * it is not replayed as a graph: correct first; routing on the device would remove the waits. */
+ * it is not replayed as a graph. moe_routed (opt-in until timed) routes a decode step's rows on
+ * the device instead, with no wait, where the mixture has no shared expert. */
 
 static void run_zero(cuda_impl *c, const void *p)
 {

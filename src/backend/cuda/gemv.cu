@@ -708,6 +708,13 @@ constexpr int MMA_ROWS = 16;
 constexpr int MMA_KC = 32;    // blocks of 32 values per stage
 constexpr int MMA_STAGES = 4; // shared buffers of a block (one in use, the rest in flight)
 
+// 4 bytes from global to shared memory, asynchronously (through L1).
+__device__ __forceinline__ void cp_async4(void *dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src)
+                 : "memory");
+}
+
 template <int DT>
 constexpr bool gemv_mma()
 {
@@ -965,6 +972,13 @@ void by_rows(int n, F f)
     else if (n <= 2) f(std::integral_constant<int, 2>{});
     else if (n <= 4) f(std::integral_constant<int, 4>{});
     else f(std::integral_constant<int, 8>{});
+}
+
+// The shared memory a block of the current device may opt in to (0 when it cannot be had).
+int smem_optin()
+{
+    const int b = device_attr<cudaDevAttrMaxSharedMemoryPerBlockOptin>();
+    return b > 0 ? b : 0;
 }
 
 // The fewest rows of a dtype the tensor-core GEMV takes: from where it is the faster, measured

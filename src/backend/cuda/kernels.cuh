@@ -257,13 +257,6 @@ __device__ __forceinline__ void cp_async_commit()
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
-// 4 bytes from global to shared memory, asynchronously (through L1).
-__device__ __forceinline__ void cp_async4(void *dst, const void *src)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src)
-                 : "memory");
-}
-
 template <int N>
 __device__ __forceinline__ void cp_async_wait()
 {
@@ -327,13 +320,6 @@ void by_dtype(int32_t dt, A... a)
     case HX_DT_MLX8: F<HX_DT_MLX8>::run(a...); break;
     default: break; // hx_cuda_format_ok refused it before any launch
     }
-}
-
-// The shared memory a block of the current device may opt in to (0 when it cannot be had).
-inline int smem_optin()
-{
-    const int b = device_attr<cudaDevAttrMaxSharedMemoryPerBlockOptin>();
-    return b > 0 ? b : 0;
 }
 
 } // namespace
