@@ -11,7 +11,8 @@
  *  - 3e-3: matmuls of more than HX_CUDA_GEMV_ROWS rows, whose inputs cuBLAS takes in f16 (each
  *    rounded by up to 2^-11; the errors of a long dot product mostly cancel, ~1e-3 measured),
  *    and prefill attention on the tensor cores (q and the probabilities in f16);
- *  - exact: the embedding lookup, the f16 cache write and block copies.
+ *  - exact: the embedding lookup, the cache write (f16, and the quantized caches' codes,
+ *    scales and minimums) and block copies.
  * Outputs are poisoned with NaN first, so an element the GPU never writes fails. The backend
  * keeps what it uploaded keyed by host address (a backend serves one model, whose tensors live
  * as long as it does), so every tensor here stays allocated until its backend is gone.
@@ -25,6 +26,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kv_quant.h"
 #include "backend/device.h"
 #include "base/alloc.h"
 #include "base/err.h"
@@ -916,15 +918,17 @@ static int test_row_ops(void)
 
 /* The same KV pool on both backends: blocks in shuffled order, several sequences' worth of
  * rows written, then attention of a chunk of rows (prefill) and of single rows (decode), with a
- * sliding window and a soft cap, at head sizes on the vector path (64, 128) and off it (80). */
-static int attention_case(int32_t d_head, int32_t n_head, int32_t n_kv, int32_t window,
-                          float softcap)
+ * sliding window and a soft cap, at head sizes on the vector path (64, 128) and off it (80),
+ * with the cache in f16 or quantized (dt: the caches' bytes equal, the CPU's quantizer being
+ * the definition; attention reads the same codes, so within the same tolerances). */
+static int attention_case(hx_kv_dtype dt, int32_t d_head, int32_t n_head, int32_t n_kv,
+                          int32_t window, float softcap)
 {
     enum { BT = 16, N_CTX = 600, LAYERS = 2, LAYER = 1 };
     hx_err err = {0};
     const int32_t kvd = n_kv * d_head, qd = n_head * d_head, n_blocks = N_CTX / BT + 4;
     hx_kv_store kc = {.n_blocks = n_blocks, .block_tokens = BT, .n_layer = LAYERS,
-                      .n_kv_head = n_kv, .d_head = d_head, .kv_dim = kvd, .dtype = HX_KV_F16};
+                      .n_kv_head = n_kv, .d_head = d_head, .kv_dim = kvd, .dtype = dt};
     hx_kv_store kg = kc;
     CHECK(cpu->kv_alloc(cpu, &kc, &err) == HX_OK);
     CHECK(gpu->kv_alloc(gpu, &kg, &err) == HX_OK);
@@ -947,8 +951,8 @@ static int attention_case(int32_t d_head, int32_t n_head, int32_t n_kv, int32_t 
     gpu->kv_write(gpu, &kg, LAYER, &seq, pos + split, dk + (int64_t)split * kvd,
                   dv + (int64_t)split * kvd, N_CTX - split);
     cpu->kv_write(cpu, &kc, LAYER, &seq, pos, k, v, N_CTX);
-    /* the f16 caches hold the same bits */
-    const size_t kv_bytes = (size_t)n_blocks * LAYERS * BT * kvd * 2;
+    /* the caches hold the same bits */
+    const size_t kv_bytes = (size_t)n_blocks * LAYERS * n_kv * hx_kv_tile_bytes(dt, BT, d_head);
     uint16_t *kcopy = hx_alloc(kv_bytes);
     gpu->read(gpu, kcopy, kg.k, kv_bytes);
     CHECK(memcmp(kcopy, kc.k, kv_bytes) == 0);
@@ -966,6 +970,10 @@ static int attention_case(int32_t d_head, int32_t n_head, int32_t n_kv, int32_t 
     gpu->attention(gpu, &kg, LAYER, &seq, dq + 70 * qd, pos + 70, 41, &shape, dout);
     back(a, dout, 41 * qd);
     CHECK_REL(a, b + 70 * qd, 41 * qd, d_head == 64 || d_head == 128 ? 3e-3 : 1e-5);
+    /* 12 rows: more than a GEMV's, fewer than the tensor cores take (the scalar kernel) */
+    gpu->attention(gpu, &kg, LAYER, &seq, dq + 300 * qd, pos + 300, 12, &shape, dout);
+    back(a, dout, 12 * qd);
+    CHECK_REL(a, b + 300 * qd, 12 * qd, 1e-5);
     /* decode: the last row alone */
     gpu->attention(gpu, &kg, LAYER, &seq, dq + (int64_t)(N_CTX - 1) * qd, pos + N_CTX - 1, 1,
                    &shape, dout);
@@ -1026,13 +1034,14 @@ static int attention_case(int32_t d_head, int32_t n_head, int32_t n_kv, int32_t 
  * launches of each). Against the CPU, over repeated steps (a captured graph replayed), the
  * caches bit for bit; then 8 rows of 3 sequences under a window with a GEMV reading the
  * joined attention's rounded output. */
-static int attention_joined_case(int n_seq, const int32_t *rows_of, int32_t window, bool gemv)
+static int attention_joined_case(hx_kv_dtype dt, int n_seq, const int32_t *rows_of,
+                                 int32_t window, bool gemv)
 {
     enum { BT = 16, DH = 128, NH = 8, NKV = 2, LAYERS = 2, LAYER = 1, MAX_SEQ = 70, PER = 6 };
     hx_err err = {0};
     const int32_t kvd = NKV * DH, qd = NH * DH, n_blocks = MAX_SEQ * PER + 3;
     hx_kv_store kc = {.n_blocks = n_blocks, .block_tokens = BT, .n_layer = LAYERS,
-                      .n_kv_head = NKV, .d_head = DH, .kv_dim = kvd, .dtype = HX_KV_F16};
+                      .n_kv_head = NKV, .d_head = DH, .kv_dim = kvd, .dtype = dt};
     hx_kv_store kg = kc;
     CHECK(cpu->kv_alloc(cpu, &kc, &err) == HX_OK);
     CHECK(gpu->kv_alloc(gpu, &kg, &err) == HX_OK);
@@ -1097,7 +1106,7 @@ static int attention_joined_case(int n_seq, const int32_t *rows_of, int32_t wind
         CHECK((pw = gpu->weight(gpu, &w.t, &err)) != NULL);
         dm = dev(NULL, (int64_t)n_rows * N_OUT);
     }
-    const size_t kv_bytes = (size_t)n_blocks * LAYERS * BT * kvd * 2;
+    const size_t kv_bytes = (size_t)n_blocks * LAYERS * NKV * hx_kv_tile_bytes(dt, BT, DH);
     uint16_t *cache = hx_alloc(kv_bytes);
     for (int step = 0; step < 3; step++) {
         for (int i = 0; i < n_seq; i++) {
@@ -1145,16 +1154,39 @@ static int test_attention_joined(void)
     static int32_t ones[70];
     for (int i = 0; i < 70; i++) ones[i] = i % 9 == 4 ? 2 : 1; /* 70 sequences, 77 rows */
     const int32_t three[3] = {3, 1, 4};
-    return attention_joined_case(70, ones, 0, false) ||
-           attention_joined_case(3, three, 24, true);
+    return attention_joined_case(HX_KV_F16, 70, ones, 0, false) ||
+           attention_joined_case(HX_KV_F16, 3, three, 24, true) ||
+           attention_joined_case(HX_KV_Q8, 70, ones, 0, false) ||
+           attention_joined_case(HX_KV_Q4, 3, three, 24, true);
 }
 
 static int test_attention(void)
 {
     NEED_GPU();
-    return attention_case(64, 9, 3, 0, 0.0f) || attention_case(128, 8, 8, 0, 0.0f) ||
-           attention_case(80, 4, 2, 0, 0.0f) || attention_case(64, 4, 1, 40, 0.0f) ||
-           attention_case(128, 4, 2, 0, 30.0f) || attention_case(256, 4, 2, 20, 50.0f);
+    return attention_case(HX_KV_F16, 64, 9, 3, 0, 0.0f) ||
+           attention_case(HX_KV_F16, 128, 8, 8, 0, 0.0f) ||
+           attention_case(HX_KV_F16, 80, 4, 2, 0, 0.0f) ||
+           attention_case(HX_KV_F16, 64, 4, 1, 40, 0.0f) ||
+           attention_case(HX_KV_F16, 128, 4, 2, 0, 30.0f) ||
+           attention_case(HX_KV_F16, 256, 4, 2, 20, 50.0f);
+}
+
+/* The quantized caches (HX_KV_Q8, HX_KV_Q4) at the head sizes of the fast paths (64, 128, 256),
+ * with a window and a soft cap; a head the groups do not divide (80) is refused alike. */
+static int test_attention_kvq(void)
+{
+    NEED_GPU();
+    hx_err err = {0};
+    hx_kv_store bad = {.n_blocks = 4, .block_tokens = 16, .n_layer = 1, .n_kv_head = 2,
+                       .d_head = 80, .kv_dim = 160, .dtype = HX_KV_Q8};
+    CHECK(gpu->kv_alloc(gpu, &bad, &err) == HX_E_INVALID);
+    CHECK(strstr(err.msg, "multiple of 32") != NULL);
+    return attention_case(HX_KV_Q8, 64, 9, 3, 0, 0.0f) ||
+           attention_case(HX_KV_Q4, 64, 9, 3, 0, 0.0f) ||
+           attention_case(HX_KV_Q8, 128, 8, 8, 0, 0.0f) ||
+           attention_case(HX_KV_Q4, 128, 4, 2, 40, 30.0f) ||
+           attention_case(HX_KV_Q8, 256, 4, 2, 20, 50.0f) ||
+           attention_case(HX_KV_Q4, 256, 4, 2, 0, 0.0f);
 }
 
 /* rmsnorm at the widths its launches differ by (values a thread holds in registers: up to 4, 8
@@ -1328,18 +1360,6 @@ static int test_sample(void)
     return 0;
 }
 
-/* A quantized KV cache is refused with a clear error (the GPU keeps f16). */
-static int test_kv_dtype_refused(void)
-{
-    NEED_GPU();
-    hx_err err = {0};
-    hx_kv_store kv = {.n_blocks = 4, .block_tokens = 16, .n_layer = 1, .n_kv_head = 1,
-                      .d_head = 64, .kv_dim = 64, .dtype = HX_KV_Q8};
-    CHECK(gpu->kv_alloc(gpu, &kv, &err) == HX_E_UNSUPPORTED);
-    CHECK_CONTAINS(err.msg, "f16");
-    return 0;
-}
-
 /* Device memory is reported and sane. */
 static int test_mem_info(void)
 {
@@ -1370,8 +1390,8 @@ static int skip_no_cuda(void)
 #define test_row_ops         skip_no_cuda
 #define test_rmsnorm_widths  skip_no_cuda
 #define test_attention       skip_no_cuda
+#define test_attention_kvq   skip_no_cuda
 #define test_attention_joined skip_no_cuda
-#define test_kv_dtype_refused skip_no_cuda
 #define test_sample          skip_no_cuda
 #define test_replay_new_inputs skip_no_cuda
 #define test_mem_info        skip_no_cuda
@@ -1415,10 +1435,10 @@ static const check_case cases[] = {
     { "row_ops", test_row_ops },
     { "rmsnorm_widths", test_rmsnorm_widths },
     { "attention", test_attention },
+    { "attention_kvq", test_attention_kvq },
     { "attention_joined", test_attention_joined },
     { "replay_new_inputs", test_replay_new_inputs },
     { "sample", test_sample },
-    { "kv_dtype_refused", test_kv_dtype_refused },
     { "mem_info", test_mem_info },
 };
 

@@ -157,13 +157,8 @@ static hx_status cpu_kv_alloc(hx_backend *be, hx_kv_store *kv, hx_err *err)
 {
     (void)be;
     static const char *const names[HX_KV_DTYPE_COUNT] = {"f16", "q8", "q4"};
-    if ((unsigned)kv->dtype >= HX_KV_DTYPE_COUNT)
-        return hx_err_set(err, HX_E_INVALID, "KV cache dtype %d is unknown", (int)kv->dtype);
-    if (kv->dtype != HX_KV_F16 && (kv->d_head <= 0 || kv->d_head % HX_KVQ_GROUP != 0))
-        return hx_err_set(err, HX_E_INVALID,
-                          "a %s KV cache needs d_head a multiple of %d (groups of %d share a "
-                          "scale); this model has d_head %d: use f16",
-                          names[kv->dtype], HX_KVQ_GROUP, HX_KVQ_GROUP, kv->d_head);
+    const hx_status ok = hx_kv_dtype_check(kv->dtype, kv->d_head, err);
+    if (ok != HX_OK) return ok;
     const size_t per = kv_block_bytes(kv);
     if (kv->n_blocks <= 0 || per == 0 || (size_t)kv->n_blocks > SIZE_MAX / 2 / per)
         return hx_err_set(err, HX_E_INVALID, "KV cache of %d blocks is out of range", kv->n_blocks);

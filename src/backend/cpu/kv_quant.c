@@ -17,6 +17,19 @@ static uint16_t f16_next_down(uint16_t h)
                         : (uint16_t)(h - 1);   /* positive: smaller magnitude */
 }
 
+hx_status hx_kv_dtype_check(hx_kv_dtype dt, int32_t d_head, hx_err *err)
+{
+    static const char *const names[HX_KV_DTYPE_COUNT] = {"f16", "q8", "q4"};
+    if ((unsigned)dt >= HX_KV_DTYPE_COUNT)
+        return hx_err_set(err, HX_E_INVALID, "KV cache dtype %d is unknown", (int)dt);
+    if (dt != HX_KV_F16 && (d_head <= 0 || d_head % HX_KVQ_GROUP != 0))
+        return hx_err_set(err, HX_E_INVALID,
+                          "a %s KV cache needs d_head a multiple of %d (groups of %d share a "
+                          "scale); this model has d_head %d: use f16",
+                          names[dt], HX_KVQ_GROUP, HX_KVQ_GROUP, d_head);
+    return HX_OK;
+}
+
 void hx_kvq_quantize_row(hx_kv_dtype dt, const float *x, int32_t d, uint8_t *tile, int32_t bt,
                          int32_t off)
 {

@@ -1,5 +1,6 @@
 /* kv_quant.h - the CPU byte layout of the quantized KV cache (HX_KV_Q8, HX_KV_Q4) and the
- * reference quantize/dequantize of one row, which define the formats.
+ * reference quantize/dequantize of one row, which define the formats. The CUDA backend keeps the
+ * same layout (backend/cuda/attention.cu), so that the two caches compare byte for byte.
  *
  * Format: a head's row of d_head values is cut into groups of 32 consecutive elements; each group
  * has an f16 scale s and an f16 minimum m, and element i is m + s * code[i], code in [0, 255]
@@ -55,6 +56,10 @@ static inline const uint16_t *hx_kvq_scales(const uint8_t *tile, hx_kv_dtype dt,
 {
     return (const uint16_t *)(const void *)(tile + (size_t)bt * (size_t)hx_kvq_row_bytes(dt, d));
 }
+
+/* HX_OK when a cache of dtype can hold heads of d_head (names the dtype, HX_E_INVALID, when
+ * not: an unknown dtype, or a quantized one with d_head % 32 != 0). */
+hx_status hx_kv_dtype_check(hx_kv_dtype dt, int32_t d_head, hx_err *err);
 
 /* Quantizes x [d] into position off (< bt) of tile (Q8 or Q4; d % 32 == 0). */
 void hx_kvq_quantize_row(hx_kv_dtype dt, const float *x, int32_t d, uint8_t *tile, int32_t bt,

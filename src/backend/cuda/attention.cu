@@ -1,5 +1,6 @@
 // attention.cu - a layer's attention on the device (kernels.h): the rotary embedding with the
-// KV cache's write, and attention over the paged f16 cache.
+// KV cache's write, and attention over the paged cache (f16, or 8-/4-bit codes with an f16
+// scale and minimum per 32 elements, read in the same loops and converted as loaded).
 //
 // Decode attention reads f16 K/V through the block table: four warps per (row, head) split the
 // context, each lane scoring its own key of a 32-key chunk, then the warp accumulating V with
@@ -25,6 +26,115 @@ __device__ __forceinline__ void kv_store(const hx_cuda_kv &kv, uint16_t *cache, 
 {
     const size_t at = kv_index(kv, blocks[p / kv.block_tokens], layer, h, p % kv.block_tokens);
     cache[at + c] = __half_as_ushort(__float2half_rn(v));
+}
+
+// ---- the quantized cache (HX_KV_Q8, HX_KV_Q4) ----
+//
+// The CPU's layout (backend/cpu/kv_quant.h): per (block, layer, kv head) a tile of codes
+// [block_tokens][rb] (rb = d_head for Q8, d_head / 2 for Q4: byte i of a group's 16 holds
+// element i in its low nibble, 16 + i in its high one), then scales [ng][block_tokens] and
+// minimums [ng][block_tokens] in f16 (ng = d_head / 32); an element is m + s * code.
+constexpr int32_t KV_F16 = 0, KV_Q8 = 1, KV_Q4 = 2;
+
+struct kvq_row { // one position of one kv head: its codes, and its groups' scales and minimums
+    const uint8_t *codes;
+    const uint16_t *s, *m; // group g's at [g * stride]
+    int32_t stride;
+};
+
+__device__ __forceinline__ int32_t kvq_row_bytes(const hx_cuda_kv &kv)
+{
+    return kv.dtype == KV_Q4 ? kv.d_head / 2 : kv.d_head;
+}
+
+__device__ __forceinline__ kvq_row kvq_at(const hx_cuda_kv &kv, const uint16_t *cache,
+                                          int32_t block, int32_t layer, int32_t h, int32_t off)
+{
+    const int32_t bt = kv.block_tokens, rb = kvq_row_bytes(kv), ng = kv.d_head / 32;
+    const size_t tile = (size_t)bt * (size_t)(rb + 4 * ng);
+    const uint8_t *t =
+        (const uint8_t *)cache + (((size_t)block * kv.n_layer + layer) * kv.n_kv_head + h) * tile;
+    kvq_row r;
+    r.codes = t + (size_t)off * rb;
+    r.s = (const uint16_t *)(t + (size_t)bt * rb) + off;
+    r.m = r.s + (size_t)ng * bt;
+    r.stride = bt;
+    return r;
+}
+
+// Codes of elements 4j .. 4j + 3 of group g (j < 8) of a KQ row as one word, a byte each.
+template <int KQ>
+__device__ __forceinline__ uint32_t kvq_codes4(const kvq_row &r, int g, int j)
+{
+    if (KQ == KV_Q8) return *(const uint32_t *)(r.codes + 32 * g + 4 * j);
+    const uint32_t w = *(const uint32_t *)(r.codes + 16 * g + 4 * (j & 3));
+    return (j < 4 ? w : w >> 4) & 0x0F0F0F0Fu;
+}
+
+__device__ __forceinline__ float byte_f(uint32_t w, int k)
+{
+    return (float)((w >> (8 * k)) & 0xFFu);
+}
+
+// Element i of a quantized row.
+__device__ __forceinline__ float kvq_get(const hx_cuda_kv &kv, const kvq_row &r, int32_t i)
+{
+    const int g = i / 32, e = i % 32;
+    const uint32_t c = kv.dtype == KV_Q8 ? r.codes[i]
+                       : e < 16          ? r.codes[16 * g + e] & 0x0Fu
+                                         : r.codes[16 * g + e - 16] >> 4;
+    return h2f(r.m[g * r.stride]) + h2f(r.s[g * r.stride]) * (float)c;
+}
+
+// Stores element c of position p of head h, x, into a quantized cache: called by all 32 lanes
+// of a warp at once with the 32 elements of one group (lane = c % 32), as the CPU's
+// hx_kvq_quantize_row does it: m the group's minimum rounded down to f16, s the step to its
+// maximum rounded up, codes rounded to nearest against those stored values.
+__device__ __forceinline__ void kvq_store(const hx_cuda_kv &kv, uint16_t *cache, int32_t layer,
+                                          const int32_t *blocks, int32_t p, int32_t h, int32_t c,
+                                          float x)
+{
+    const int lane = threadIdx.x & 31, g = c / 32;
+    const float qmax = kv.dtype == KV_Q8 ? 255.0f : 15.0f;
+    float mn = x, mx = x;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float a = __shfl_xor_sync(0xffffffffu, mn, o), b = __shfl_xor_sync(0xffffffffu, mx, o);
+        mn = a < mn ? a : mn;
+        mx = b > mx ? b : mx;
+    }
+    uint16_t mh = __half_as_ushort(__float2half_rn(mn));
+    if (h2f(mh) > mn) // the next f16 below
+        mh = (uint16_t)(mh == 0 ? 0x8001 : (mh & 0x8000) ? mh + 1 : mh - 1);
+    const float m = h2f(mh);
+    uint16_t sh = __half_as_ushort(__float2half_rn(__fdiv_rn(mx - m, qmax)));
+    if (__fmul_rn(h2f(sh), qmax) < mx - m) sh++;
+    const float s = h2f(sh), inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
+    float v = __fmul_rn(x - m, inv);
+    if (!(v >= 0.0f)) v = 0.0f;
+    if (v > qmax) v = qmax;
+    const uint32_t code = (uint32_t)(v + 0.5f);
+    const kvq_row r = kvq_at(kv, cache, blocks[p / kv.block_tokens], layer, h, p % kv.block_tokens);
+    uint8_t *codes = (uint8_t *)r.codes;
+    if (kv.dtype == KV_Q8) codes[c] = (uint8_t)code;
+    else {
+        const uint32_t hi = __shfl_down_sync(0xffffffffu, code, 16);
+        if (lane < 16) codes[16 * g + lane] = (uint8_t)(code | hi << 4);
+    }
+    if (lane == 0) {
+        ((uint16_t *)r.s)[g * r.stride] = sh;
+        ((uint16_t *)r.m)[g * r.stride] = mh;
+    }
+}
+
+// Element c of position p of head h into the cache, any dtype (quantized: a warp's 32 lanes
+// together, one group; see kvq_store).
+__device__ __forceinline__ void kv_put(const hx_cuda_kv &kv, uint16_t *cache, int32_t layer,
+                                       const int32_t *blocks, int32_t p, int32_t h, int32_t c,
+                                       float v)
+{
+    if (kv.dtype == KV_F16) kv_store(kv, cache, layer, blocks, p, h, c, v);
+    else kvq_store(kv, cache, layer, blocks, p, h, c, v);
 }
 
 // A thread per rotated pair: x's n_total pairs, then x2's n_total2 (n_head2 heads). With a
@@ -70,6 +180,8 @@ __global__ void rope_kernel(float *x, int32_t n_head, float *x2, int32_t n_head2
     }
 }
 
+// A thread per element of k and of v; in a quantized cache the 32 lanes of a warp are one
+// group (kv_dim % 32 == 0, so whole warps run or return together).
 __global__ void kv_write_kernel(hx_cuda_kv kv, int32_t layer, const int32_t *blocks,
                                 const int32_t *pos, const float *k, const float *v,
                                 int64_t n_total)
@@ -79,8 +191,8 @@ __global__ void kv_write_kernel(hx_cuda_kv kv, int32_t layer, const int32_t *blo
     if (i >= n_total) return;
     const int32_t kvd = kv.n_kv_head * kv.d_head;
     const int32_t e = (int32_t)(i % kvd), h = e / kv.d_head, c = e % kv.d_head;
-    kv_store(kv, kv.k, layer, blocks, pos[i / kvd], h, c, k[i]);
-    kv_store(kv, kv.v, layer, blocks, pos[i / kvd], h, c, v[i]);
+    kv_put(kv, kv.k, layer, blocks, pos[i / kvd], h, c, k[i]);
+    kv_put(kv, kv.v, layer, blocks, pos[i / kvd], h, c, v[i]);
 }
 
 // kv_write_kernel for rows of several sequences (hx_cuda_rows).
@@ -94,8 +206,8 @@ __global__ void kv_write_rows_kernel(hx_cuda_kv kv, int32_t layer,
     const int32_t kvd = kv.n_kv_head * kv.d_head;
     const int32_t e = (int32_t)(i % kvd), h = e / kv.d_head, c = e % kv.d_head;
     const int64_t t = i / kvd;
-    kv_store(kv, kv.k, layer, rows.tab[t], *rows.pos[t], h, c, k[i]);
-    kv_store(kv, kv.v, layer, rows.tab[t], *rows.pos[t], h, c, v[i]);
+    kv_put(kv, kv.k, layer, rows.tab[t], *rows.pos[t], h, c, k[i]);
+    kv_put(kv, kv.v, layer, rows.tab[t], *rows.pos[t], h, c, v[i]);
 }
 
 constexpr int ATT_WARPS = 4;
@@ -180,7 +292,10 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
         if (p <= last) {
             const uint16_t *kr = kv.k + kv_index(kv, blocks[p / bt], layer, kvh, p % bt);
             float dot = 0.0f;
-            if (vec) {
+            if (kv.dtype != KV_F16) { // element by element: this kernel is the rare fallback
+                const kvq_row r = kvq_at(kv, kv.k, blocks[p / bt], layer, kvh, p % bt);
+                for (int i = 0; i < d; i++) dot += qs[i] * kvq_get(kv, r, i);
+            } else if (vec) {
                 for (int i = 0; i < d; i += 8) {
                     const uint4 a = *(const uint4 *)(kr + i);
                     const uint32_t u[4] = {a.x, a.y, a.z, a.w};
@@ -207,6 +322,15 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
             const float pj = __shfl_sync(0xffffffffu, e, jj);
             const int32_t pp = c0 + jj <= last ? c0 + jj : last;
             const uint16_t *vr = kv.v + kv_index(kv, blocks[pp / bt], layer, kvh, pp % bt);
+            if (kv.dtype != KV_F16) {
+                const kvq_row r = kvq_at(kv, kv.v, blocks[pp / bt], layer, kvh, pp % bt);
+#pragma unroll
+                for (int k = 0; k < PER; k++) {
+                    const int i = lane + 32 * k;
+                    if (i < d) acc[k] += pj * kvq_get(kv, r, i);
+                }
+                continue;
+            }
 #pragma unroll
             for (int k = 0; k < PER; k++) {
                 const int i = lane + 32 * k;
@@ -249,8 +373,9 @@ constexpr int DEC_SPLITS = 16;
 constexpr int64_t DEC_COUNTERS = 4096;
 constexpr int DEC_V_BATCH = 16; // V rows a warp has in flight (divides 32)
 
-// NV: groups of 4 dimensions a lane takes of a V row (1 for heads of up to 128, else 2).
-template <int NV>
+// NV: groups of 4 dimensions a lane takes of a V row (1 for heads of up to 128, else 2); KQ: the
+// cache's dtype (a quantized key's score is sum over groups of s * (q . codes) + m * sum(q)).
+template <int NV, int KQ>
 __global__ void __launch_bounds__(32 * ATT_WARPS)
     decode_split_kernel(hx_cuda_kv kv, int32_t layer, const __grid_constant__ hx_cuda_rows rows,
                         const float *__restrict__ q, int32_t n_head, float scale, int32_t window,
@@ -265,7 +390,16 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
     __shared__ float part_m[ATT_WARPS], part_l[ATT_WARPS];
     const int wid = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int32_t d = kv.d_head, bt = kv.block_tokens;
+    __shared__ float qsum[ATT_MAX_D / 32]; // quantized K: q summed over each group
     att_row ar = att_begin(kv, q, n_head, qs);
+    if (KQ != KV_F16) {
+        for (int g = threadIdx.x; g < d / 32; g += blockDim.x) {
+            float t = 0.0f;
+            for (int i = 0; i < 32; i++) t += qs[32 * g + i];
+            qsum[g] = t;
+        }
+        __syncthreads();
+    }
     att_keys(&ar, *rows.pos[ar.t], window);
     const int32_t *__restrict__ blocks = rows.tab[ar.t]; // the row's sequence's block table
     const int32_t kvh = ar.kvh, first = ar.first, last = ar.last;
@@ -286,7 +420,37 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
         // Lane l's key's cache block; the V loop takes key jj's from lane jj.
         const int32_t blk = p <= last ? blocks[p / bt] : 0;
         float s = -INFINITY;
-        if (p <= last) {
+        if (p <= last && KQ != KV_F16) {
+            const kvq_row r = kvq_at(kv, kv.k, blk, layer, kvh, p % bt);
+            float dot = 0.0f;
+            for (int g = 0; g < d / 32; g++) {
+                uint32_t w[8];
+                if (KQ == KV_Q8) {
+                    const uint4 a = *(const uint4 *)(r.codes + 32 * g);
+                    const uint4 b = *(const uint4 *)(r.codes + 32 * g + 16);
+                    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
+                    w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+                } else {
+                    const uint4 a = *(const uint4 *)(r.codes + 16 * g);
+                    const uint32_t lo[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        w[k] = lo[k] & 0x0F0F0F0Fu;
+                        w[4 + k] = lo[k] >> 4 & 0x0F0F0F0Fu;
+                    }
+                }
+                float qc = 0.0f;
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    const float4 qv = *(const float4 *)(qs + 32 * g + 4 * k);
+                    qc += qv.x * byte_f(w[k], 0) + qv.y * byte_f(w[k], 1) +
+                          qv.z * byte_f(w[k], 2) + qv.w * byte_f(w[k], 3);
+                }
+                dot += h2f(r.s[g * r.stride]) * qc + h2f(r.m[g * r.stride]) * qsum[g];
+            }
+            s = dot * scale;
+            if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+        } else if (p <= last) {
             const uint16_t *kr = kv.k + kv_index(kv, blk, layer, kvh, p % bt);
             float dot = 0.0f;
 #pragma unroll 16
@@ -317,7 +481,34 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
         // that multiplied each row as it arrived waited one round trip per key. A key past the
         // end re-reads the chunk's last row with weight 0 (its lane's e).
         const int32_t n_keys = last - c0 + 1 < 32 ? last - c0 + 1 : 32;
-        for (int j0 = 0; j0 < n_keys; j0 += DEC_V_BATCH) {
+        for (int j0 = 0; j0 < n_keys && KQ != KV_F16; j0 += DEC_V_BATCH) {
+            // the same with quantized rows: a lane's 4 dimensions are in one group
+            uint32_t cb[DEC_V_BATCH][NV];
+            float sb[DEC_V_BATCH][NV], mb[DEC_V_BATCH][NV], pb[DEC_V_BATCH];
+#pragma unroll
+            for (int u = 0; u < DEC_V_BATCH; u++) {
+                const int jj = j0 + u, src = jj < n_keys ? jj : n_keys - 1;
+                pb[u] = __shfl_sync(0xffffffffu, e, jj);
+                const int32_t bj = __shfl_sync(0xffffffffu, blk, src);
+                const kvq_row r = kvq_at(kv, kv.v, bj, layer, kvh, (c0 + src) % bt);
+#pragma unroll
+                for (int k = 0; k < NV; k++) {
+                    const int i = 4 * lane + 128 * k;
+                    const bool in = i < d;
+                    cb[u][k] = in ? kvq_codes4<KQ>(r, i / 32, (i % 32) / 4) : 0u;
+                    sb[u][k] = in ? h2f(r.s[(i / 32) * r.stride]) : 0.0f;
+                    mb[u][k] = in ? h2f(r.m[(i / 32) * r.stride]) : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < DEC_V_BATCH; u++)
+#pragma unroll
+                for (int k = 0; k < NV; k++)
+#pragma unroll
+                    for (int x = 0; x < 4; x++)
+                        acc[k][x] += pb[u] * (mb[u][k] + sb[u][k] * byte_f(cb[u][k], x));
+        }
+        for (int j0 = 0; j0 < n_keys && KQ == KV_F16; j0 += DEC_V_BATCH) {
             uint2 vb[DEC_V_BATCH][NV];
             float pb[DEC_V_BATCH];
 #pragma unroll
@@ -468,27 +659,62 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi)
     return *(const uint32_t *)&h;
 }
 
+// Eight elements c .. c + 7 (c % 8 == 0) of a KQ row, in f16, as a 16-byte word.
+template <int KQ>
+__device__ __forceinline__ uint4 kvq_half8(const kvq_row &r, int c)
+{
+    const int g = c / 32;
+    const uint32_t c0 = kvq_codes4<KQ>(r, g, (c % 32) / 4);
+    const uint32_t c1 = kvq_codes4<KQ>(r, g, (c % 32) / 4 + 1);
+    const float sc = h2f(r.s[g * r.stride]), mn = h2f(r.m[g * r.stride]);
+    uint4 o;
+    uint32_t *w = &o.x;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const uint32_t cw = k < 2 ? c0 : c1;
+        const int b = 2 * (k & 1);
+        w[k] = pack_half2(mn + sc * byte_f(cw, b), mn + sc * byte_f(cw, b + 1));
+    }
+    return o;
+}
+
 // Copies keys [kb, kb + FA_K) of K and V (kv head kvh) into ks/vs, rows of fa_row<D>() halves;
-// keys past key_hi become zeros (a zero V row times a zero probability stays zero).
-template <int D>
+// keys past key_hi become zeros (a zero V row times a zero probability stays zero). A quantized
+// cache (KQ) is read and converted by the threads themselves, not copied asynchronously.
+template <int D, int KQ>
 __device__ __forceinline__ void fa_stage(const hx_cuda_kv &kv, int32_t layer,
                                          const int32_t *blocks, int32_t kvh, int32_t kb,
                                          int32_t key_hi, __half *ks, __half *vs)
 {
     constexpr int CH = D / 8; // 16-byte chunks a row
-    for (int i = threadIdx.x; i < FA_K * CH; i += 32 * FA_WARPS) {
-        const int j = i / CH, c = (i % CH) * 8;
-        const int32_t p = kb + j;
-        const bool ok = p <= key_hi;
-        const size_t at =
-            ok ? kv_index(kv, blocks[p / kv.block_tokens], layer, kvh, p % kv.block_tokens) + c
-               : 0;
-        cp_async16(ks + j * fa_row<D>() + c, kv.k + at, ok);
-        cp_async16(vs + j * fa_row<D>() + c, kv.v + at, ok);
+    if constexpr (KQ != KV_F16) {
+        for (int i = threadIdx.x; i < FA_K * CH; i += 32 * FA_WARPS) {
+            const int j = i / CH, c = (i % CH) * 8;
+            const int32_t p = kb + j;
+            uint4 kw = make_uint4(0, 0, 0, 0), vw = kw;
+            if (p <= key_hi) {
+                const int32_t blk = blocks[p / kv.block_tokens], off = p % kv.block_tokens;
+                kw = kvq_half8<KQ>(kvq_at(kv, kv.k, blk, layer, kvh, off), c);
+                vw = kvq_half8<KQ>(kvq_at(kv, kv.v, blk, layer, kvh, off), c);
+            }
+            *(uint4 *)(ks + j * fa_row<D>() + c) = kw;
+            *(uint4 *)(vs + j * fa_row<D>() + c) = vw;
+        }
+    } else {
+        for (int i = threadIdx.x; i < FA_K * CH; i += 32 * FA_WARPS) {
+            const int j = i / CH, c = (i % CH) * 8;
+            const int32_t p = kb + j;
+            const bool ok = p <= key_hi;
+            const size_t at =
+                ok ? kv_index(kv, blocks[p / kv.block_tokens], layer, kvh, p % kv.block_tokens) + c
+                   : 0;
+            cp_async16(ks + j * fa_row<D>() + c, kv.k + at, ok);
+            cp_async16(vs + j * fa_row<D>() + c, kv.v + at, ok);
+        }
     }
 }
 
-template <int D>
+template <int D, int KQ>
 __global__ void __launch_bounds__(32 * FA_WARPS)
     flash_prefill_kernel(hx_cuda_kv kv, int32_t layer, const int32_t *__restrict__ blocks,
                          const float *__restrict__ q, const int32_t *__restrict__ pos,
@@ -523,7 +749,7 @@ __global__ void __launch_bounds__(32 * FA_WARPS)
     __syncthreads();
     const int32_t key_lo = range[0], key_hi = range[1], pmin = range[2], lomax = range[3];
     if (key_lo <= key_hi)
-        fa_stage<D>(kv, layer, blocks, kvh, key_lo, key_hi, stage, stage + FA_K * R);
+        fa_stage<D, KQ>(kv, layer, blocks, kvh, key_lo, key_hi, stage, stage + FA_K * R);
     cp_async_commit();
 
     // this thread's two rows (g and g + 8 of the warp's 16): positions and first keys
@@ -555,7 +781,7 @@ __global__ void __launch_bounds__(32 * FA_WARPS)
         const __half *ks = stage + (it & 1) * 2 * FA_K * R, *vs = ks + FA_K * R;
         if (kb + FA_K <= key_hi) { // the next tile into the other buffer, in flight meanwhile
             __half *nk = stage + ((it + 1) & 1) * 2 * FA_K * R;
-            fa_stage<D>(kv, layer, blocks, kvh, kb + FA_K, key_hi, nk, nk + FA_K * R);
+            fa_stage<D, KQ>(kv, layer, blocks, kvh, kb + FA_K, key_hi, nk, nk + FA_K * R);
             cp_async_commit();
             cp_async_wait<1>();
         }
@@ -650,20 +876,31 @@ __global__ void __launch_bounds__(32 * FA_WARPS)
     }
 }
 
+template <int D, int KQ>
+void flash_prefill_as(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks, const float *q,
+                      const int32_t *pos, int64_t n_tok, int32_t n_head, float scale,
+                      int32_t window, float softcap, float *out, hx_cuda_stream s)
+{
+    static bool sized = false; // the opt-in above 48 KiB of shared memory, once per process
+    if (!sized) {
+        cudaFuncSetAttribute(flash_prefill_kernel<D, KQ>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem<D>());
+        sized = true;
+    }
+    const dim3 grid((unsigned)((n_tok + FA_Q - 1) / FA_Q), (unsigned)n_head);
+    launch(flash_prefill_kernel<D, KQ>, grid, 32 * FA_WARPS, fa_smem<D>(), s, *kv, layer, blocks,
+           q, pos, (int32_t)n_tok, n_head, scale, window, softcap, out);
+}
+
 template <int D>
 void flash_prefill(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks, const float *q,
                    const int32_t *pos, int64_t n_tok, int32_t n_head, float scale,
                    int32_t window, float softcap, float *out, hx_cuda_stream s)
 {
-    static bool sized = false; // the opt-in above 48 KiB of shared memory, once per process
-    if (!sized) {
-        cudaFuncSetAttribute(flash_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)fa_smem<D>());
-        sized = true;
-    }
-    const dim3 grid((unsigned)((n_tok + FA_Q - 1) / FA_Q), (unsigned)n_head);
-    launch(flash_prefill_kernel<D>, grid, 32 * FA_WARPS, fa_smem<D>(), s, *kv, layer, blocks, q,
-           pos, (int32_t)n_tok, n_head, scale, window, softcap, out);
+    auto *run = kv->dtype == KV_Q8   ? flash_prefill_as<D, KV_Q8>
+                : kv->dtype == KV_Q4 ? flash_prefill_as<D, KV_Q4>
+                                     : flash_prefill_as<D, KV_F16>;
+    run(kv, layer, blocks, q, pos, n_tok, n_head, scale, window, softcap, out, s);
 }
 
 } // namespace
@@ -730,9 +967,12 @@ void hx_cuda_attention_rows(const hx_cuda_kv *kv, int32_t layer, const hx_cuda_r
 {
     const dim3 grid((unsigned)(n_tok * n_head),
                     splits > 0 && splits < DEC_SPLITS ? splits : DEC_SPLITS);
-    launch(kv->d_head <= 128 ? decode_split_kernel<1> : decode_split_kernel<2>, grid,
-           32 * ATT_WARPS, 0, s, *kv, layer, *rows, q, n_head, scale, window, softcap,
-           scratch + DEC_COUNTERS, (unsigned *)scratch, out, xq, xd);
+    const bool wide = kv->d_head > 128;
+    auto *kernel = kv->dtype == KV_Q8   ? (wide ? decode_split_kernel<2, KV_Q8> : decode_split_kernel<1, KV_Q8>)
+                   : kv->dtype == KV_Q4 ? (wide ? decode_split_kernel<2, KV_Q4> : decode_split_kernel<1, KV_Q4>)
+                   : wide ? decode_split_kernel<2, KV_F16> : decode_split_kernel<1, KV_F16>;
+    launch(kernel, grid, 32 * ATT_WARPS, 0, s, *kv, layer, *rows, q, n_head, scale, window,
+           softcap, scratch + DEC_COUNTERS, (unsigned *)scratch, out, xq, xd);
 }
 
 void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/kv_quant.h"
 #include "backend/cuda/cuda_int.h"
 #include "backend/moe_route.h"
 #include "base/alloc.h"
@@ -142,23 +143,25 @@ static hx_status cuda_reserve(hx_backend *be, int64_t max_row, int64_t max_tok, 
 
 /* ---- KV storage ---- */
 
+/* Bytes of K (or V): a tile per (block, layer, kv head) in the CPU's layout (kv_quant.h). */
 static size_t kv_bytes(const hx_kv_store *kv)
 {
     return (size_t)kv->n_blocks * (size_t)kv->n_layer * (size_t)kv->n_kv_head *
-           (size_t)kv->block_tokens * (size_t)kv->d_head * 2;
+           hx_kv_tile_bytes(kv->dtype, kv->block_tokens, kv->d_head);
 }
 
 static hx_status cuda_kv_alloc(hx_backend *be, hx_kv_store *kv, hx_err *err)
 {
     cuda_impl *c = hx_cuda_enter(be);
-    if (kv->dtype != HX_KV_F16)
-        return hx_err_set(err, HX_E_UNSUPPORTED,
-                          "the cuda backend keeps the KV cache in f16 only (a quantized KV "
-                          "cache runs on the CPU)");
+    const hx_status ok = hx_kv_dtype_check(kv->dtype, kv->d_head, err);
+    if (ok != HX_OK) return ok;
     if (kv->n_blocks <= 0 || kv->n_layer <= 0 || kv->n_kv_head <= 0 || kv->block_tokens <= 0 ||
         kv->d_head <= 0 || kv->d_head > 256)
         return hx_err_set(err, HX_E_INVALID, "KV cache of %d blocks (d_head %d) is out of range",
                           kv->n_blocks, kv->d_head);
+    if (kv->dtype != HX_KV_F16 && kv->block_tokens % 4 != 0) /* tiles 16-byte aligned */
+        return hx_err_set(err, HX_E_INVALID, "a quantized KV cache of %d-token blocks",
+                          kv->block_tokens);
     const size_t bytes = kv_bytes(kv);
     cudaError_t e = cudaMalloc(&kv->k, bytes);
     if (e == cudaSuccess && (e = cudaMalloc(&kv->v, bytes)) == cudaSuccess &&
@@ -187,7 +190,8 @@ static void cuda_kv_copy(hx_backend *be, const hx_kv_store *kv, int32_t src, int
 
 static hx_cuda_kv kv_view(const hx_kv_store *kv)
 {
-    return (hx_cuda_kv){kv->k, kv->v, kv->n_layer, kv->n_kv_head, kv->d_head, kv->block_tokens};
+    return (hx_cuda_kv){kv->k,         kv->v,           kv->n_layer, kv->n_kv_head,
+                        kv->d_head,    kv->block_tokens, (int32_t)kv->dtype};
 }
 
 /* The entries of the sequence's block table that positions below n_ctx use, padded. */
@@ -662,8 +666,9 @@ static void cuda_kv_write(hx_backend *be, hx_kv_store *kv, int32_t layer, const 
     attn_common(c, &a, kv, layer, seq, pos, n_tok);
     a.k = k;
     a.v = v;
-    /* Right after the rope that rotated these rows of K (joined to q's): it stores them. */
-    row_args *p = join_last(c, run_rope);
+    /* Right after the rope that rotated these rows of K (joined to q's): it stores them (f16:
+     * the rope's threads are one a pair, and a quantized group needs a warp of its own). */
+    row_args *p = kv->dtype == HX_KV_F16 ? join_last(c, run_rope) : NULL;
     const int64_t kvd = n_tok * kv->kv_dim;
     if (p && p->out2 == k && !p->kv.k && p->idx == a.pos && p->n == n_tok &&
         p->i4 == kv->n_kv_head && p->i1 == kv->d_head && !overlap(v, kvd, k, kvd) &&

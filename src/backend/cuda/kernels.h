@@ -86,10 +86,15 @@ void hx_cuda_embed(const hx_cuda_wmat *w, const int32_t *ids, int64_t n_tok, flo
  * would (d, n a multiple of 32): the GEMV after them needs no rounding pass of its own. */
 void hx_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t d, float eps,
                      float *out, int8_t *xq, float *xd, hx_cuda_stream s);
-/* The KV store of backend.h in f16, and one sequence's block table on the device. */
+/* The KV store of backend.h, and one sequence's block table on the device. dtype is its
+ * hx_kv_dtype: f16 elements, or (HX_KV_Q8, HX_KV_Q4; d_head % 32 == 0, block_tokens % 4 == 0)
+ * one tile per (block, layer, kv head) in the CPU's layout (backend/cpu/kv_quant.h), so that
+ * both backends' caches compare byte for byte. A quantized cache is written by
+ * hx_cuda_kv_write(_rows) only, never by hx_cuda_rope. */
 typedef struct {
     uint16_t *k, *v;
     int32_t   n_layer, n_kv_head, d_head, block_tokens;
+    int32_t   dtype;
 } hx_cuda_kv;
 
 /* x [n_tok, n_head, d_head] and, when x2 is not NULL, x2 [n_tok, n_head2, d_head] (q and k)
