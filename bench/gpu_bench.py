@@ -37,8 +37,8 @@ usage: gpu_bench.py [--build build] [--dir /tmp/hx-shapes] [--models SPEC,...] [
    first stream's first token), and the median and p99 time to first token under that load.
 5. A table, and every number as JSON in --out (default $OUT/gpu_bench.json when OUT is set).
 
---ab VAR=VALUE compares the build with itself, without and with that environment setting (an
-opt-in such as HEARTH_CUDA_F16_WEIGHTS=1): every `hearth run` figure is taken both ways, the
+--ab VAR=VALUE compares the build with itself, without and with that environment setting (a
+switch such as HEARTH_CUDA_F16_WEIGHTS=0): every `hearth run` figure is taken both ways, the
 processes alternating (A, B, A, B, ...) so that a drift of the machine's speed falls on both;
 the servers run one after the other. Each model then has two rows, the second named with the
 setting, and a line of B/A ratios follows the table.

@@ -9,7 +9,6 @@
  * bandwidth of hx-gpu-roofline). A step reads each weight once, from HBM: the GEMV takes its
  * launches in turn over copies of the weight that together hold at least three times the L2
  * cache, so that no launch finds its weight there (an 8B model's 9 MB matrices otherwise do).
- * GEMVs that took the streamed kernel (HEARTH_CUDA_STREAM_GEMV=1, kernels.h) say so.
  * Weights are bytes of 0x11 (every f16 scale 0x1111, a small normal number), which costs the
  * same as real ones: no kernel branches on values.
  *
@@ -202,10 +201,9 @@ int main(int argc, char **argv)
                 j.copies[j.n_copies++] = weight(dt, shapes[k][0], shapes[k][1]);
             for (int r = 0; r < n_rows; r++) {
                 j.rows = rows[r];
-                const uint64_t streamed = hx_cuda_gemv_streamed();
                 const double us = time_us(&j, s);
-                printf("%-6s %-14s %4lld %10.2f %10.0f%s\n", f, names[k], (long long)rows[r], us,
-                       bytes / us / 1e3, hx_cuda_gemv_streamed() > streamed ? "  (streamed)" : "");
+                printf("%-6s %-14s %4lld %10.2f %10.0f\n", f, names[k], (long long)rows[r], us,
+                       bytes / us / 1e3);
             }
             if (k == 1) { /* the prefill's dequantize-to-f16 pass over ffn x d */
                 j.kind = DEQUANT;

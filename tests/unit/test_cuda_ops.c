@@ -298,11 +298,11 @@ static int test_matmul_formats(void)
     return 0;
 }
 
-/* keep_dequantized (HEARTH_CUDA_F16_WEIGHTS=1) on a backend of its own, so that the weights it
- * finds are these: a GEMM of 37 rows of each format before (dequantized into the chunk
- * buffer) and after (from the f16 copy) gives the same output, within 3e-3 of the reference;
- * the bytes taken are every quantized weight's n_out x n_in x 2 (the float ones keep none),
- * none within a budget smaller than each, and nothing a second time. */
+/* keep_dequantized on a backend of its own, so that the weights it finds are these: a GEMM of
+ * 37 rows of each format before (dequantized into the chunk buffer) and after (from the f16
+ * copy) gives the same output, within 3e-3 of the reference; the bytes taken are every
+ * quantized weight's n_out x n_in x 2 (the float ones keep none), none within a budget smaller
+ * than each, none with HEARTH_CUDA_F16_WEIGHTS=0, and nothing a second time. */
 static int test_keep_dequantized(void)
 {
     NEED_GPU();
@@ -330,11 +330,12 @@ static int test_keep_dequantized(void)
         own->matmul(own, pw[f], NULL, dx, ROWS, dout);
         back(before[f], dout, ROWS * n_out);
     }
-    setenv("HEARTH_CUDA_F16_WEIGHTS", "1", 1);
+    setenv("HEARTH_CUDA_F16_WEIGHTS", "0", 1);
+    CHECK(own->keep_dequantized(own, want_bytes + 1000) == 0);
+    unsetenv("HEARTH_CUDA_F16_WEIGHTS");
     CHECK(own->keep_dequantized(own, n_out * n_in * 2 - 1) == 0);
     CHECK(own->keep_dequantized(own, want_bytes + 1000) == want_bytes);
     CHECK(own->keep_dequantized(own, want_bytes) == 0);
-    unsetenv("HEARTH_CUDA_F16_WEIGHTS");
     for (int f = 0; f < N; f++) {
         own->matmul(own, pw[f], NULL, dx, ROWS, dout);
         back(after, dout, ROWS * n_out);
@@ -617,11 +618,12 @@ static int test_moe(void)
     return 0;
 }
 
-/* With HEARTH_CUDA_MOE_DEVICE=1, decode-sized steps of a mixture without a shared expert are
- * routed on the device (route, GEMVs over every (row, choice) pair, weighted sum): against the
- * CPU's op on the same weights for experts in the wide-GEMV formats and the byte-slice ones
- * (Q6_K), plain and renormalised routing, 1, 3 and 8 rows, each three times with fresh inputs
- * (eager, captured, replayed). The routed launches must have run. */
+/* Decode-sized steps of a mixture without a shared expert are routed on the device (route,
+ * GEMVs over every (row, choice) pair, weighted sum): against the CPU's op on the same weights
+ * for experts in the wide-GEMV formats and the byte-slice ones (Q6_K), plain and renormalised
+ * routing, 1, 3 and 8 rows, each three times with fresh inputs (eager, captured, replayed). The
+ * routed launches must have run, except in the steps with HEARTH_CUDA_MOE_DEVICE=0 (the host
+ * routes those: one of each row count). */
 static int test_moe_routed(void)
 {
     NEED_GPU();
@@ -636,7 +638,6 @@ static int test_moe_routed(void)
     float *dwork = dev(NULL, work_n);
     CHECK(cwork && gpu->reserve(gpu, F, 64, &err) == HX_OK);
     const uint64_t before = hx_cuda_gemv_routed_count();
-    setenv("HEARTH_CUDA_MOE_DEVICE", "1", 1);
     for (int f = 0; f < NF; f++) {
         const hx_tensor *gg[E], *gu[E], *gd[E], *cg[E], *cu[E], *cd[E];
         for (int e = 0; e < E; e++) {
@@ -663,8 +664,15 @@ static int test_moe_routed(void)
                                  .down = gd, .norm_topk = norm};
                     hx_moe mc = mg;
                     mc.gate = cg, mc.up = cu, mc.down = cd;
+                    const bool host = norm == 1 && rep == 2;
+                    if (host) setenv("HEARTH_CUDA_MOE_DEVICE", "0", 1);
+                    const uint64_t n0 = hx_cuda_gemv_routed_count();
                     gpu->moe(gpu, &mg, dr, dx, T, D, dwork, dout);
                     back(a, dout, T * D);
+                    if (host) {
+                        CHECK(hx_cuda_gemv_routed_count() == n0);
+                        unsetenv("HEARTH_CUDA_MOE_DEVICE");
+                    }
                     cpu->moe(cpu, &mc, router, x, T, D, cwork, b);
                     if (!(rel_err(a, b, T * D) <= 3e-3))
                         CHECK_FAIL("%s experts, %lld rows, norm %d, pass %d: relative error %.3g",
@@ -677,7 +685,6 @@ static int test_moe_routed(void)
             gpu->weight_release(gpu, gd[e]);
         }
     }
-    unsetenv("HEARTH_CUDA_MOE_DEVICE");
     CHECK(hx_cuda_gemv_routed_count() > before);
     float *bufs[] = {dx, dr, dout, dwork};
     for (size_t i = 0; i < HX_COUNTOF(bufs); i++) gpu->free(gpu, bufs[i]);
@@ -787,33 +794,6 @@ static int test_joined_launches(void)
 {
     NEED_GPU();
     return joined_launches_of(HX_DT_MLX4, 0, 5) || joined_launches_of(HX_DT_Q4_K, 1, 5);
-}
-
-/* With HEARTH_CUDA_STREAM_GEMV=1, one row of the wide formats goes through the streamed GEMV
- * (sm_90): joined, with a bias and a residual, eager and replayed, and with two blocks only, so
- * that each block takes 32 chunks and cycles its shared buffers (and their barriers' phases)
- * eight times. Every format must have taken that path. */
-static int test_gemv_stream(void)
-{
-    NEED_GPU();
-    int major = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-    if (major < 9) {
-        printf("skip: the streamed GEMV needs sm_90 (this GPU is sm_%d0)\n", major);
-        return 0;
-    }
-    static const hx_dtype fmts[] = {HX_DT_Q4_0, HX_DT_Q4_1, HX_DT_Q8_0, HX_DT_Q4_K, HX_DT_MLX4};
-    int r = 0;
-    setenv("HEARTH_CUDA_STREAM_GEMV", "1", 1);
-    setenv("HEARTH_CUDA_STREAM_BLOCKS", "2", 1);
-    for (int f = 0; f < (int)HX_COUNTOF(fmts) && !r; f++) {
-        const uint64_t before = hx_cuda_gemv_streamed();
-        r = joined_launches_of(fmts[f], 2 + f, 1);
-        CHECK(hx_cuda_gemv_streamed() > before);
-    }
-    unsetenv("HEARTH_CUDA_STREAM_BLOCKS");
-    unsetenv("HEARTH_CUDA_STREAM_GEMV");
-    return r;
 }
 
 /* Rows of every format's table, exactly as the reference dequantizer gives them. */
@@ -1395,7 +1375,6 @@ static int skip_no_cuda(void)
 #define test_sample          skip_no_cuda
 #define test_replay_new_inputs skip_no_cuda
 #define test_mem_info        skip_no_cuda
-#define test_gemv_stream     skip_no_cuda
 #define test_keep_dequantized skip_no_cuda
 #define test_moe_routed      skip_no_cuda
 #endif
@@ -1427,7 +1406,6 @@ static const check_case cases[] = {
     { "gemm_input_reuse", test_gemm_input_reuse },
     { "gemv_input_reuse", test_gemv_input_reuse },
     { "joined_launches", test_joined_launches },
-    { "gemv_stream", test_gemv_stream },
     { "keep_dequantized", test_keep_dequantized },
     { "moe", test_moe },
     { "moe_routed", test_moe_routed },

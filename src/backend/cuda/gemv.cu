@@ -370,21 +370,12 @@ __device__ __forceinline__ int x_dot_words(const uint32_t *c, const int *xh, con
     return v;
 }
 
-// A weight load: through the read-only cache from global memory, or a plain load from shared
-// memory (SH).
-template <bool SH, typename T>
-__device__ __forceinline__ T ld_w(const T *p)
-{
-    if constexpr (SH) return *p;
-    else return __ldg(p);
-}
-
 // sum over unit u of row o of (d q + m) x, with x given as words xw of 4 values each in order
 // (xw[0] the high bytes, xw[1] the low ones), their sums xs and scales dx per 32 values: integer
 // dot products (dp4a) per 32 values, then one multiply-add. MLX's nibbles are in a word's order
 // (value e in bits 4e), so its x words come in even/odd order (words 0..3 the even values of
-// each 8, 4..7 the odd ones). SH: w's arrays are in shared memory (the streamed GEMV's stages).
-template <int DT, bool SH = false>
+// each 8, 4..7 the odd ones).
+template <int DT>
 __device__ __forceinline__ float wide_dot(const hx_cuda_wmat &w, int64_t o, int64_t u,
                                           const int (&xw)[2][wide_unit<DT>() / 4],
                                           const int (&xs)[wide_unit<DT>() / 32],
@@ -395,13 +386,13 @@ __device__ __forceinline__ float wide_dot(const hx_cuda_wmat &w, int64_t o, int6
     if constexpr (DT == HX_DT_Q4_K) {
         const uint8_t *p = row + (u >> 2) * 144;
         const int i = (int)(u & 3);
-        const uint4 a = ld_w<SH>((const uint4 *)(p + 16 + 32 * i)),
-                    b = ld_w<SH>((const uint4 *)(p + 32 + 32 * i));
+        const uint4 a = __ldg((const uint4 *)(p + 16 + 32 * i)),
+                    b = __ldg((const uint4 *)(p + 32 + 32 * i));
         const uint32_t c[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        const uint32_t dd = ld_w<SH>((const uint32_t *)p);
-        const uint32_t s0 = ld_w<SH>((const uint32_t *)(p + 4)),
-                       s1 = ld_w<SH>((const uint32_t *)(p + 8)),
-                       s2 = ld_w<SH>((const uint32_t *)(p + 12));
+        const uint32_t dd = __ldg((const uint32_t *)p);
+        const uint32_t s0 = __ldg((const uint32_t *)(p + 4)),
+                       s1 = __ldg((const uint32_t *)(p + 8)),
+                       s2 = __ldg((const uint32_t *)(p + 12));
         uint8_t sc[12];
 #pragma unroll
         for (int k = 0; k < 4; k++) {
@@ -427,7 +418,7 @@ __device__ __forceinline__ float wide_dot(const hx_cuda_wmat &w, int64_t o, int6
         uint32_t c[8];
         float d, m;
         if constexpr (DT == HX_DT_MLX4) {
-            const uint4 a = ld_w<SH>((const uint4 *)(row + 16 * u));
+            const uint4 a = __ldg((const uint4 *)(row + 16 * u));
             const uint32_t a4[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
             for (int k = 0; k < 4; k++) {
@@ -440,10 +431,10 @@ __device__ __forceinline__ float wide_dot(const hx_cuda_wmat &w, int64_t o, int6
         } else {
             constexpr int QB = DT == HX_DT_Q8_0 ? 32 : 16; // code bytes per block
             const uint8_t *q = row + u * QB;
-            const uint4 a = ld_w<SH>((const uint4 *)q);
+            const uint4 a = __ldg((const uint4 *)q);
             c[0] = a.x, c[1] = a.y, c[2] = a.z, c[3] = a.w;
             if constexpr (DT == HX_DT_Q8_0) {
-                const uint4 b = ld_w<SH>((const uint4 *)q + 1);
+                const uint4 b = __ldg((const uint4 *)q + 1);
                 c[4] = b.x, c[5] = b.y, c[6] = b.z, c[7] = b.w;
             } else { // byte i holds value i (low nibble) and value i + 16 (high)
 #pragma unroll
@@ -531,164 +522,6 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
         }
     }
     gemv_store<R>(acc, o0, n_rows, job);
-}
-
-// ---- the streamed GEMV: one activation row, the weights brought by the bulk copy engine ----
-//
-// At one row the GEMV above reads 1.3-3.3 TB/s of an H200's 4.5 (hx-gpu-kernels, weights not in
-// L2): each block loads its four rows once, then reduces and ends, and while its threads add up
-// no load of theirs is in flight. Here a block stays for the whole launch and takes chunks of S
-// rows in turn (chunk blockIdx.x, + gridDim.x, ...); one thread asks the copy engine
-// (cp.async.bulk, sm_90) for each chunk's codes, scales and offsets into one of STREAM_STAGES
-// shared buffers, STREAM_STAGES chunks ahead of the threads, which compute from shared memory
-// (wide_dot, as above) and reduce while later chunks arrive. The first chunks are asked for
-// before the wait for the kernel ahead (nothing in flight writes a weight).
-// Opt-in (HEARTH_CUDA_STREAM_GEMV=1) until it is measured: it was written in a session with no
-// GPU lent; test_cuda_ops's gemv_stream case checks it against the CPU, docs/performance.md
-// says how to time it against the GEMV above.
-constexpr int STREAM_THREADS = 128;
-constexpr int STREAM_STAGES = 4;
-
-__device__ __forceinline__ void bar_init(uint64_t *bar)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
-#endif
-}
-
-// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) to shared memory, counted
-// on bar (whose expected count of bytes the caller has set).
-__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes,
-                                          uint64_t *bar)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];" ::"r"(smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
-                 : "memory");
-#endif
-}
-
-__device__ __forceinline__ void bar_expect(uint64_t *bar, uint32_t bytes)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
-                 "r"(bytes)
-                 : "memory");
-#endif
-}
-
-// Waits for phase `parity` of bar to complete (its bytes arrived).
-__device__ __forceinline__ void bar_wait(uint64_t *bar, uint32_t parity)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("{\n"
-                 ".reg .pred done;\n"
-                 "WAIT_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra WAIT_%=;\n"
-                 "}" ::"r"(smem_addr(bar)),
-                 "r"(parity)
-                 : "memory");
-#endif
-}
-
-// Bytes per row of a weight's codes, scales and offsets (the pieces a stage holds S rows of).
-struct stream_row {
-    uint32_t q, sb, bi;
-};
-
-__host__ __device__ inline stream_row stream_bytes(const hx_cuda_wmat &w)
-{
-    const uint32_t sb = w.scales ? (uint32_t)(w.n_in / w.group_size *
-                                              (w.sb_dtype == HX_DT_F32 ? 4 : 2))
-                                 : 0;
-    return {(uint32_t)w.row_bytes, sb, w.biases ? sb : 0};
-}
-
-// Chunk c of the set: its job, first row and rows (set.start counts chunks of S rows).
-template <int S>
-__device__ __forceinline__ int stream_chunk(const gemv_set &set, uint32_t c, int64_t *o0,
-                                            int *rows)
-{
-    int j = 0;
-#pragma unroll
-    for (int k = 1; k < HX_CUDA_GEMV_SET; k++)
-        if (k < set.n && c >= set.start[k]) j = k;
-    *o0 = (int64_t)(c - set.start[j]) * S;
-    const int64_t n_out = set.job[j].w.n_out;
-    *rows = (int)(n_out - *o0 < S ? n_out - *o0 : S);
-    return j;
-}
-
-template <int DT, int S>
-__global__ void __launch_bounds__(STREAM_THREADS)
-    gemv_stream_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,
-                       const float *__restrict__ xd, uint32_t n_chunks)
-{
-    extern __shared__ __align__(128) uint8_t stage[];
-    __shared__ uint64_t full[STREAM_STAGES];
-    const stream_row rb = stream_bytes(set.job[0].w); // every job of a set has the same n_in
-    const uint32_t per = rb.q + rb.sb + rb.bi, stage_bytes = S * per;
-    // thread 0 asks for chunk c into buffer b
-    auto ask = [&](uint32_t c, int b) {
-        int64_t o0;
-        int rows;
-        const hx_cuda_wmat &w = set.job[stream_chunk<S>(set, c, &o0, &rows)].w;
-        uint8_t *dst = stage + (size_t)b * stage_bytes;
-        bar_expect(&full[b], rows * per);
-        bulk_load(dst, (const uint8_t *)w.q + o0 * rb.q, rows * rb.q, &full[b]);
-        if (rb.sb)
-            bulk_load(dst + S * rb.q, (const uint8_t *)w.scales + o0 * rb.sb, rows * rb.sb,
-                      &full[b]);
-        if (rb.bi)
-            bulk_load(dst + S * (rb.q + rb.sb), (const uint8_t *)w.biases + o0 * rb.bi,
-                      rows * rb.bi, &full[b]);
-    };
-    if (threadIdx.x == 0) {
-        for (int b = 0; b < STREAM_STAGES; b++) bar_init(&full[b]);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
-        for (int b = 0; b < STREAM_STAGES; b++)
-            if (blockIdx.x + b * gridDim.x < n_chunks) ask(blockIdx.x + b * gridDim.x, b);
-    }
-    __syncthreads();
-    after_prior();
-    constexpr int U = wide_unit<DT>(), NW = U / 4, NB = U / 32;
-    const int64_t n_in = set.job[0].w.n_in, n_units = n_in / U;
-    int it = 0;
-    for (uint32_t c = blockIdx.x; c < n_chunks; c += gridDim.x, it++) {
-        const int b = it % STREAM_STAGES;
-        int64_t o0;
-        int rows;
-        const hx_cuda_gemv_job &job = set.job[stream_chunk<S>(set, c, &o0, &rows)];
-        // the stage as a weight of S rows (row k of the chunk is its row k)
-        hx_cuda_wmat w = job.w;
-        uint8_t *base = stage + (size_t)b * stage_bytes;
-        w.q = base;
-        w.scales = rb.sb ? base + S * rb.q : NULL;
-        w.biases = rb.bi ? base + S * (rb.q + rb.sb) : NULL;
-        bar_wait(&full[b], (uint32_t)(it / STREAM_STAGES) & 1);
-        float acc[S][1] = {};
-        for (int64_t u = threadIdx.x; u < n_units; u += STREAM_THREADS) {
-            int xw[2][NW], xs[NB];
-            float dx[NB];
-            wide_x<DT>(xq, xd, n_in, u, xw, xs, dx);
-#pragma unroll
-            for (int k = 0; k < S; k++)
-                acc[k][0] += wide_dot<DT, true>(w, k < rows ? k : rows - 1, u, xw, xs, dx);
-        }
-        __syncthreads(); // every thread is done with buffer b: it takes the chunk STAGES on
-        const uint32_t next = c + STREAM_STAGES * gridDim.x;
-        if (threadIdx.x == 0 && next < n_chunks) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-            ask(next, b);
-        }
-        gemv_store<1, S>(acc, o0, 1, job);
-    }
 }
 
 // ---- the tensor-core GEMV, 3 or 5 to 8 rows ----
@@ -992,7 +825,6 @@ int mma_rows(int dtype)
     return rows ? rows : dtype == HX_DT_Q4_K ? 3 : 5;
 }
 
-static uint64_t n_streamed; // launches of gemv_stream_kernel (hx_cuda_gemv_streamed)
 static uint64_t n_routed;   // routed GEMV launches (hx_cuda_gemv_routed_count)
 
 // Whether DT is a float format (its GEMV reads x as it is, not rounded).
@@ -1020,63 +852,6 @@ void launch_int8_gemv(dim3 g, const gemv_set &set, const int8_t *xq, const float
 }
 
 template <int DT> struct GemvLaunch {
-    // One activation row by gemv_stream_kernel, where it applies (sm_90, every piece of a row a
-    // multiple of 16 bytes, at 16-byte aligned addresses, of at most 16 KiB): false when not.
-    static bool stream_gemv(gemv_set &set, const int8_t *xq, const float *xd, hx_cuda_stream s)
-    {
-        const char *on = getenv("HEARTH_CUDA_STREAM_GEMV"); // opt-in: see the kernel's note
-        if (!on || strcmp(on, "1") != 0 || device_major() < 9) return false;
-        const stream_row rb = stream_bytes(set.job[0].w);
-        const uint32_t per = rb.q + rb.sb + rb.bi;
-        if (rb.q % 16 || rb.sb % 16 || per > 16384) return false;
-        for (int k = 0; k < set.n; k++) {
-            const hx_cuda_wmat &w = set.job[k].w;
-            const uintptr_t a = (uintptr_t)w.q | (uintptr_t)w.scales | (uintptr_t)w.biases;
-            if (a % 16 || w.n_in != set.job[0].w.n_in || !w.scales != !set.job[0].w.scales ||
-                !w.biases != !set.job[0].w.biases)
-                return false;
-        }
-        if (per <= 4096) return stream<8>(set, per, xq, xd, s);
-        if (per <= 8192) return stream<4>(set, per, xq, xd, s);
-        return stream<2>(set, per, xq, xd, s);
-    }
-
-    template <int S>
-    static bool stream(gemv_set &set, uint32_t per, const int8_t *xq, const float *xd,
-                       hx_cuda_stream s)
-    {
-        void (*k)(gemv_set, const int8_t *, const float *, uint32_t) = gemv_stream_kernel<DT, S>;
-        const int smem = STREAM_STAGES * S * (int)per;
-        static int sized = 0, fit_smem = -1, fit = 0; // the opt-in, and the last occupancy asked
-        if (smem > smem_optin()) return false;
-        if (smem > sized) {
-            if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
-                cudaSuccess)
-                return false;
-            sized = smem;
-        }
-        if (smem != fit_smem) {
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, STREAM_THREADS, smem) !=
-                    cudaSuccess ||
-                fit < 1)
-                return false;
-            fit_smem = smem;
-        }
-        uint32_t n_chunks = 0;
-        for (int j = 0; j < set.n; j++) {
-            set.start[j] = n_chunks;
-            n_chunks += blocks_for(set.job[j].w.n_out, S);
-        }
-        // HEARTH_CUDA_STREAM_BLOCKS caps the blocks (a test's, so that each takes many chunks)
-        const char *cap = getenv("HEARTH_CUDA_STREAM_BLOCKS");
-        uint32_t most = (uint32_t)(fit * device_attr<cudaDevAttrMultiProcessorCount>());
-        if (cap && atoi(cap) > 0 && (uint32_t)atoi(cap) < most) most = (uint32_t)atoi(cap);
-        launch(k, n_chunks < most ? n_chunks : most, STREAM_THREADS, (size_t)smem, s, set, xq,
-               xd, n_chunks);
-        n_streamed++;
-        return true;
-    }
-
     static void run(const hx_cuda_gemv_job *jobs, int n_jobs, const float *x, const int8_t *xq,
                     const float *xd, int64_t n_rows, hx_cuda_stream s)
     {
@@ -1116,8 +891,6 @@ template <int DT> struct GemvLaunch {
                 return;
             }
         }
-        if constexpr (gemv_wide<DT>())
-            if (n == 1 && !narrow && stream_gemv(set, xq, xd, s)) return;
         const unsigned g = blocks(GEMV_ROWS), t = 32 * GEMV_WARPS;
         by_rows(n, [&](auto rows) {
             constexpr int R = decltype(rows)::value;
@@ -1164,11 +937,6 @@ void hx_cuda_gemv(const hx_cuda_gemv_job *jobs, int n_jobs, const float *x, cons
                   const float *xd, int64_t n_rows, hx_cuda_stream s)
 {
     by_dtype<GemvLaunch>(jobs[0].w.dtype, jobs, n_jobs, x, xq, xd, n_rows, s);
-}
-
-uint64_t hx_cuda_gemv_streamed(void)
-{
-    return n_streamed;
 }
 
 void hx_cuda_gemv_routed(const hx_cuda_wmat *table, const hx_cuda_wmat *like,

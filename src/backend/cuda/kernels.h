@@ -61,10 +61,6 @@ typedef struct {
 int hx_cuda_gemv_int8(int32_t dtype);
 void hx_cuda_gemv(const hx_cuda_gemv_job *jobs, int n_jobs, const float *x, const int8_t *xq,
                   const float *xd, int64_t n_rows, hx_cuda_stream s);
-/* With HEARTH_CUDA_STREAM_GEMV=1 in the environment, one row of Q4_0, Q4_1, Q8_0, Q4_K or MLX4
- * on sm_90 goes through a kernel whose weights the bulk copy engine brings into shared memory
- * (gemv.cu says why); this counts its launches in the process, for tests and benchmarks. */
-uint64_t hx_cuda_gemv_streamed(void);
 /* x [n] (n a multiple of 32) rounded per 32 values to 16-bit integers kept as two bytes: xq
  * [2 n] (the high bytes, then the low ones), xd [n / 32] (their scale). Per 32 values: d = max
  * |x| / 127, hi = round(x / d); r = x - hi d (one rounding); lo = round(256 r / d) clamped to

@@ -396,13 +396,14 @@ static void cuda_weight_release(hx_backend *be, const hx_tensor *w)
 
 /* keep_dequantized: f16 copies of the quantized weights, in upload order (layer by layer, the
  * output projection last) while they fit, each made once by the dequantizer that otherwise runs
- * before every GEMM of more than HX_CUDA_GEMV_ROWS rows (run_matmul). Opt-in until timed on a
- * GPU: HEARTH_CUDA_F16_WEIGHTS=1. */
+ * before every GEMM of more than HX_CUDA_GEMV_ROWS rows (run_matmul): 1.46x the aggregate decode
+ * of 32 streams of an 8B model on an H100 (docs/performance.md). HEARTH_CUDA_F16_WEIGHTS=0 turns
+ * it off (read at each call: the tests flip it on a live backend). */
 static int64_t cuda_keep_dequantized(hx_backend *be, int64_t bytes)
 {
     cuda_impl *c = hx_cuda_enter(be);
-    const char *on = getenv("HEARTH_CUDA_F16_WEIGHTS");
-    if (!on || strcmp(on, "1") != 0 || bytes <= 0 || c->max_tok <= HX_CUDA_GEMV_ROWS)
+    const char *off = getenv("HEARTH_CUDA_F16_WEIGHTS");
+    if ((off && strcmp(off, "0") == 0) || bytes <= 0 || c->max_tok <= HX_CUDA_GEMV_ROWS)
         return 0; /* (no step of so few rows reaches a GEMM) */
     hx_cuda_drop_graphs(
         c); /* those so far dequantize before their GEMMs: the next steps capture anew */
