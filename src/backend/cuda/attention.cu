@@ -71,9 +71,12 @@ __device__ __forceinline__ uint32_t kvq_codes4(const kvq_row &r, int g, int j)
     return (j < 4 ? w : w >> 4) & 0x0F0F0F0Fu;
 }
 
+// Byte k of w as a float: 2^23 + the byte (the byte in the low bits of the mantissa) less 2^23,
+// exact; a byte permute and an add, where a conversion instruction runs at a quarter of their
+// rate and the quantized cache's attention converts every code it reads.
 __device__ __forceinline__ float byte_f(uint32_t w, int k)
 {
-    return (float)((w >> (8 * k)) & 0xFFu);
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7440u | (uint32_t)k)) - 8388608.0f;
 }
 
 // Element i of a quantized row.
