@@ -7,6 +7,7 @@
 #ifndef HX_CHECK_H
 #define HX_CHECK_H
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <math.h>
 #include <stdio.h>
@@ -61,20 +62,27 @@ static inline float check_rng_range(uint32_t *s, float lo, float hi)
     return lo + (hi - lo) * check_rng_unit(s);
 }
 
+/* Runs every case, or with names given those named (in the table's order); a name that names no
+ * case is an error, so that a mistyped or removed case is never silently skipped. */
 static inline int check_run(const check_case *cases, size_t n, int argc, char **argv)
 {
-    int failed = 0, ran = 0;
+    int failed = 0;
+    for (int a = 1; a < argc; a++) {
+        size_t i = 0;
+        while (i < n && strcmp(argv[a], cases[i].name) != 0) i++;
+        if (i == n) {
+            fprintf(stderr, "no test case named %s\n", argv[a]);
+            return 2;
+        }
+    }
     for (size_t i = 0; i < n; i++) {
-        if (argc > 1 && strcmp(argv[1], cases[i].name) != 0) continue;
-        ran++;
+        bool named = argc == 1;
+        for (int a = 1; a < argc && !named; a++) named = strcmp(argv[a], cases[i].name) == 0;
+        if (!named) continue;
         int r = cases[i].fn();
         printf("%s %s\n", r == 0 ? "ok  " : "FAIL", cases[i].name);
         fflush(stdout);
         failed += r != 0;
-    }
-    if (argc > 1 && ran == 0) {
-        fprintf(stderr, "no test case named %s\n", argv[1]);
-        return 2;
     }
     return failed ? 1 : 0;
 }

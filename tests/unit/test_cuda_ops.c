@@ -1140,15 +1140,31 @@ static int test_attention_joined(void)
            attention_joined_case(HX_KV_Q4, 3, three, 24, true);
 }
 
+/* attention_case over a table: cache type, d_head, heads, kv heads, window, soft cap */
+typedef struct {
+    hx_kv_dtype dt;
+    int32_t     d_head, n_head, n_kv, window;
+    float       softcap;
+} attention_shape;
+
+static int attention_cases(const attention_shape *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (attention_case(c[i].dt, c[i].d_head, c[i].n_head, c[i].n_kv, c[i].window,
+                           c[i].softcap))
+            return 1;
+    return 0;
+}
+
 static int test_attention(void)
 {
     NEED_GPU();
-    return attention_case(HX_KV_F16, 64, 9, 3, 0, 0.0f) ||
-           attention_case(HX_KV_F16, 128, 8, 8, 0, 0.0f) ||
-           attention_case(HX_KV_F16, 80, 4, 2, 0, 0.0f) ||
-           attention_case(HX_KV_F16, 64, 4, 1, 40, 0.0f) ||
-           attention_case(HX_KV_F16, 128, 4, 2, 0, 30.0f) ||
-           attention_case(HX_KV_F16, 256, 4, 2, 20, 50.0f);
+    static const attention_shape cases[] = {
+        {HX_KV_F16, 64, 9, 3, 0, 0.0f},   {HX_KV_F16, 128, 8, 8, 0, 0.0f},
+        {HX_KV_F16, 80, 4, 2, 0, 0.0f},   {HX_KV_F16, 64, 4, 1, 40, 0.0f},
+        {HX_KV_F16, 128, 4, 2, 0, 30.0f}, {HX_KV_F16, 256, 4, 2, 20, 50.0f},
+    };
+    return attention_cases(cases, HX_COUNTOF(cases));
 }
 
 /* The quantized caches (HX_KV_Q8, HX_KV_Q4) at the head sizes of the fast paths (64, 128, 256),
@@ -1161,12 +1177,12 @@ static int test_attention_kvq(void)
                        .d_head = 80, .kv_dim = 160, .dtype = HX_KV_Q8};
     CHECK(gpu->kv_alloc(gpu, &bad, &err) == HX_E_INVALID);
     CHECK(strstr(err.msg, "multiple of 32") != NULL);
-    return attention_case(HX_KV_Q8, 64, 9, 3, 0, 0.0f) ||
-           attention_case(HX_KV_Q4, 64, 9, 3, 0, 0.0f) ||
-           attention_case(HX_KV_Q8, 128, 8, 8, 0, 0.0f) ||
-           attention_case(HX_KV_Q4, 128, 4, 2, 40, 30.0f) ||
-           attention_case(HX_KV_Q8, 256, 4, 2, 20, 50.0f) ||
-           attention_case(HX_KV_Q4, 256, 4, 2, 0, 0.0f);
+    static const attention_shape cases[] = {
+        {HX_KV_Q8, 64, 9, 3, 0, 0.0f},     {HX_KV_Q4, 64, 9, 3, 0, 0.0f},
+        {HX_KV_Q8, 128, 8, 8, 0, 0.0f},    {HX_KV_Q4, 128, 4, 2, 40, 30.0f},
+        {HX_KV_Q8, 256, 4, 2, 20, 50.0f},  {HX_KV_Q4, 256, 4, 2, 0, 0.0f},
+    };
+    return attention_cases(cases, HX_COUNTOF(cases));
 }
 
 /* rmsnorm at the widths its launches differ by (values a thread holds in registers: up to 4, 8
