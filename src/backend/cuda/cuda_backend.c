@@ -190,8 +190,9 @@ static void cuda_kv_copy(hx_backend *be, const hx_kv_store *kv, int32_t src, int
 
 static hx_cuda_kv kv_view(const hx_kv_store *kv)
 {
-    return (hx_cuda_kv){kv->k,         kv->v,           kv->n_layer, kv->n_kv_head,
-                        kv->d_head,    kv->block_tokens, (int32_t)kv->dtype};
+    return (hx_cuda_kv){.k = kv->k, .v = kv->v, .n_layer = kv->n_layer,
+                        .n_kv_head = kv->n_kv_head, .d_head = kv->d_head,
+                        .block_tokens = kv->block_tokens, .dtype = (int32_t)kv->dtype};
 }
 
 /* The entries of the sequence's block table that positions below n_ctx use, padded. */
