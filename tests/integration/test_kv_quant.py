@@ -6,6 +6,7 @@ chunk's attention reads the earlier chunks from the quantized cache, as decode d
 token must agree with f16's at >= 98% of positions; q4's agreement and the mean KL(f16 || kv)
 of both are printed (run with -s) and bounded loosely, so that a broken kernel fails while the
 figures themselves are reported rather than gated. About 1.5 s per prompt and format.
+HEARTH_TEST_DEVICE=cuda runs hx-logits and `hearth run` there too (the GPU's quantized cache).
 """
 import json
 import os
@@ -20,6 +21,7 @@ HOME = os.environ.get("HEARTH_HOME", os.path.expanduser("~/.cache/hearth"))
 STARTER = os.path.join(HOME, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 GOLDEN = os.path.join(ROOT, "tests", "parity", "goldens", "smollm2-q4_1.json")
 N_PROMPTS = int(os.environ.get("HEARTH_KVQ_PROMPTS", "6"))
+DEVICE = ["--device", os.environ["HEARTH_TEST_DEVICE"]] if os.environ.get("HEARTH_TEST_DEVICE") else []
 
 
 def log_softmax(x):
@@ -41,8 +43,9 @@ def logits(tmp_path_factory):
         out[kv] = []
         for i, case in enumerate(cases):
             path = d / f"{kv}-{i}.bin"
-            subprocess.run([tool, STARTER, str(path), "--kv", kv], input=json.dumps(case["tokens"]),
-                           capture_output=True, text=True, check=True, timeout=120)
+            subprocess.run([tool, STARTER, str(path), "--kv", kv, *DEVICE],
+                           input=json.dumps(case["tokens"]), capture_output=True, text=True,
+                           check=True, timeout=120)
             out[kv].append(np.fromfile(path, dtype=np.float32).reshape(len(case["tokens"]), -1))
     return out
 
@@ -88,7 +91,7 @@ def test_run_and_serve_take_kv(starter):
     from server import Server, stats
     for kv in ("q8", "q4"):
         p = run("run", "smollm2", "The capital of France is", "--raw", "--temp", "0",
-                "--max-tokens", "4", "--kv", kv, check=True)
+                "--max-tokens", "4", "--kv", kv, *DEVICE, check=True)
         assert "Paris" in p.stdout, (kv, p.stdout)
     p = run("serve", "smollm2", "--kv", "q5")
     assert p.returncode == 2 and "f16, q8 or q4" in p.stderr
