@@ -37,7 +37,7 @@ typedef struct {
  * only. The quantized forms keep, per group of 32 consecutive elements of a head's row, an f16
  * scale s and an f16 minimum m, value = m + s * code: Q8 has 8-bit codes (36 bytes per 32
  * elements, 0.56x of F16), Q4 4-bit codes (20 bytes per 32, 0.31x). They need d_head % 32 == 0.
- * The byte layout is the backend's (CPU: src/backend/cpu/kv_quant.h). */
+ * The byte layout is src/backend/kv_quant.h's, the same in every backend. */
 typedef enum {
     HX_KV_F16 = 0,
     HX_KV_Q8  = 1,

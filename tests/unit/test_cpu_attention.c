@@ -12,7 +12,7 @@
 
 #include "backend/cpu/attn.h"
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/kv_quant.h"
+#include "backend/kv_quant.h"
 #include "base/alloc.h"
 #include "base/cpu.h"
 #include "base/err.h"

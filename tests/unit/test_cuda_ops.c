@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/kv_quant.h"
+#include "backend/kv_quant.h"
 #include "backend/device.h"
 #include "base/alloc.h"
 #include "base/err.h"

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/kv_quant.h"
+#include "backend/kv_quant.h"
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/f16.h"

@@ -24,7 +24,7 @@
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/attn.h"
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/kv_quant.h"
+#include "backend/kv_quant.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/packed.h"
 

@@ -30,7 +30,7 @@ __device__ __forceinline__ void kv_store(const hx_cuda_kv &kv, uint16_t *cache, 
 
 // ---- the quantized cache (HX_KV_Q8, HX_KV_Q4) ----
 //
-// The CPU's layout (backend/cpu/kv_quant.h): per (block, layer, kv head) a tile of codes
+// backend/kv_quant.h's layout: per (block, layer, kv head) a tile of codes
 // [block_tokens][rb] (rb = d_head for Q8, d_head / 2 for Q4: byte i of a group's 16 holds
 // element i in its low nibble, 16 + i in its high one), then scales [ng][block_tokens] and
 // minimums [ng][block_tokens] in f16 (ng = d_head / 32); an element is m + s * code.

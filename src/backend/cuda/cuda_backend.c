@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/kv_quant.h"
+#include "backend/kv_quant.h"
 #include "backend/cuda/cuda_int.h"
 #include "backend/moe_route.h"
 #include "base/alloc.h"
@@ -143,7 +143,7 @@ static hx_status cuda_reserve(hx_backend *be, int64_t max_row, int64_t max_tok, 
 
 /* ---- KV storage ---- */
 
-/* Bytes of K (or V): a tile per (block, layer, kv head) in the CPU's layout (kv_quant.h). */
+/* Bytes of K (or V): a tile per (block, layer, kv head) in kv_quant.h's layout. */
 static size_t kv_bytes(const hx_kv_store *kv)
 {
     return (size_t)kv->n_blocks * (size_t)kv->n_layer * (size_t)kv->n_kv_head *

@@ -84,9 +84,9 @@ void hx_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t d, 
                      float *out, int8_t *xq, float *xd, hx_cuda_stream s);
 /* The KV store of backend.h, and one sequence's block table on the device. dtype is its
  * hx_kv_dtype: f16 elements, or (HX_KV_Q8, HX_KV_Q4; d_head % 32 == 0, block_tokens % 4 == 0)
- * one tile per (block, layer, kv head) in the CPU's layout (backend/cpu/kv_quant.h), so that
- * both backends' caches compare byte for byte. A quantized cache is written by
- * hx_cuda_kv_write(_rows) only, never by hx_cuda_rope. */
+ * one tile per (block, layer, kv head) in backend/kv_quant.h's layout, so that both backends'
+ * caches compare byte for byte. A quantized cache is written by hx_cuda_kv_write(_rows) only,
+ * never by hx_cuda_rope. */
 typedef struct {
     uint16_t *k, *v;
     int32_t   n_layer, n_kv_head, d_head, block_tokens;

@@ -1,6 +1,6 @@
-/* kv_quant.h - the CPU byte layout of the quantized KV cache (HX_KV_Q8, HX_KV_Q4) and the
- * reference quantize/dequantize of one row, which define the formats. The CUDA backend keeps the
- * same layout (backend/cuda/attention.cu), so that the two caches compare byte for byte.
+/* kv_quant.h - the byte layout of the quantized KV cache (HX_KV_Q8, HX_KV_Q4) that both backends
+ * keep (the CPU's attn_*.c, CUDA's attention.cu: so their caches compare byte for byte), and the
+ * reference quantize/dequantize of one row, which define the formats.
  *
  * Format: a head's row of d_head values is cut into groups of 32 consecutive elements; each group
  * has an f16 scale s and an f16 minimum m, and element i is m + s * code[i], code in [0, 255]
@@ -27,8 +27,8 @@
  * at most 6e-8); tests/unit/test_kv_quant.c checks this bound. A NaN element gets code 0; values
  * beyond f16's range (|x| > 65504) are not representable (the model never writes either). Pure
  * functions, thread-safe. */
-#ifndef HX_BACKEND_CPU_KV_QUANT_H
-#define HX_BACKEND_CPU_KV_QUANT_H
+#ifndef HX_BACKEND_KV_QUANT_H
+#define HX_BACKEND_KV_QUANT_H
 #include <stddef.h>
 #include <stdint.h>
 

@@ -4,7 +4,7 @@
  * Plain C and used as is by the cache write: a decode step writes n_kv_head * d_head * 2 values
  * per layer (384 for SmolLM2-135M, ~1 us over 30 layers at ~2 ns per element), noise next to
  * the step's matmuls, so it has no SIMD variant. */
-#include "backend/cpu/kv_quant.h"
+#include "backend/kv_quant.h"
 
 #include "base/err.h"
 #include "base/f16.h"
