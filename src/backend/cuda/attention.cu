@@ -102,7 +102,8 @@ __device__ __forceinline__ void kvq_store(const hx_cuda_kv &kv, uint16_t *cache,
     float mn = x, mx = x;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-        const float a = __shfl_xor_sync(0xffffffffu, mn, o), b = __shfl_xor_sync(0xffffffffu, mx, o);
+        const float a = __shfl_xor_sync(0xffffffffu, mn, o);
+        const float b = __shfl_xor_sync(0xffffffffu, mx, o);
         mn = a < mn ? a : mn;
         mx = b > mx ? b : mx;
     }
@@ -360,6 +361,41 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
     }
 }
 
+// q . a quantized key (KQ): the sum over groups of s * (q . codes) + m * sum(q) (qsum: q's
+// group sums), codes loaded 16 bytes at a time.
+template <int KQ>
+__device__ __forceinline__ float kvq_dot(const kvq_row &r, const float *qs, const float *qsum,
+                                         int32_t d)
+{
+    float dot = 0.0f;
+    for (int g = 0; g < d / 32; g++) {
+        uint32_t w[8];
+        if (KQ == KV_Q8) {
+            const uint4 a = *(const uint4 *)(r.codes + 32 * g);
+            const uint4 b = *(const uint4 *)(r.codes + 32 * g + 16);
+            w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
+            w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+        } else {
+            const uint4 a = *(const uint4 *)(r.codes + 16 * g);
+            const uint32_t lo[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                w[k] = lo[k] & 0x0F0F0F0Fu;
+                w[4 + k] = lo[k] >> 4 & 0x0F0F0F0Fu;
+            }
+        }
+        float qc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float4 qv = *(const float4 *)(qs + 32 * g + 4 * k);
+            qc += qv.x * byte_f(w[k], 0) + qv.y * byte_f(w[k], 1) +
+                  qv.z * byte_f(w[k], 2) + qv.w * byte_f(w[k], 3);
+        }
+        dot += h2f(r.s[g * r.stride]) * qc + h2f(r.m[g * r.stride]) * qsum[g];
+    }
+    return dot;
+}
+
 // ---- decode attention split over the context ----
 //
 // A decode step has a few rows, so one block per (row, head) keeps only n_head blocks busy
@@ -395,7 +431,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
     const int32_t d = kv.d_head, bt = kv.block_tokens;
     __shared__ float qsum[ATT_MAX_D / 32]; // quantized K: q summed over each group
     att_row ar = att_begin(kv, q, n_head, qs);
-    if (KQ != KV_F16) {
+    if constexpr (KQ != KV_F16) {
         for (int g = threadIdx.x; g < d / 32; g += blockDim.x) {
             float t = 0.0f;
             for (int i = 0; i < 32; i++) t += qs[32 * g + i];
@@ -423,49 +459,24 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
         // Lane l's key's cache block; the V loop takes key jj's from lane jj.
         const int32_t blk = p <= last ? blocks[p / bt] : 0;
         float s = -INFINITY;
-        if (p <= last && KQ != KV_F16) {
-            const kvq_row r = kvq_at(kv, kv.k, blk, layer, kvh, p % bt);
+        if (p <= last) {
             float dot = 0.0f;
-            for (int g = 0; g < d / 32; g++) {
-                uint32_t w[8];
-                if (KQ == KV_Q8) {
-                    const uint4 a = *(const uint4 *)(r.codes + 32 * g);
-                    const uint4 b = *(const uint4 *)(r.codes + 32 * g + 16);
-                    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
-                    w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
-                } else {
-                    const uint4 a = *(const uint4 *)(r.codes + 16 * g);
-                    const uint32_t lo[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-                    for (int k = 0; k < 4; k++) {
-                        w[k] = lo[k] & 0x0F0F0F0Fu;
-                        w[4 + k] = lo[k] >> 4 & 0x0F0F0F0Fu;
-                    }
-                }
-                float qc = 0.0f;
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    const float4 qv = *(const float4 *)(qs + 32 * g + 4 * k);
-                    qc += qv.x * byte_f(w[k], 0) + qv.y * byte_f(w[k], 1) +
-                          qv.z * byte_f(w[k], 2) + qv.w * byte_f(w[k], 3);
-                }
-                dot += h2f(r.s[g * r.stride]) * qc + h2f(r.m[g * r.stride]) * qsum[g];
-            }
-            s = dot * scale;
-            if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
-        } else if (p <= last) {
-            const uint16_t *kr = kv.k + kv_index(kv, blk, layer, kvh, p % bt);
-            float dot = 0.0f;
+            if constexpr (KQ != KV_F16) {
+                dot = kvq_dot<KQ>(kvq_at(kv, kv.k, blk, layer, kvh, p % bt), qs, qsum, d);
+            } else {
+                const uint16_t *kr = kv.k + kv_index(kv, blk, layer, kvh, p % bt);
 #pragma unroll 16
-            for (int i = 0; i < d; i += 8) { // a head of 128: every load of the key at once
-                const uint4 a = *(const uint4 *)(kr + i);
-                const float4 q0 = *(const float4 *)(qs + i), q1 = *(const float4 *)(qs + i + 4);
-                const float2 f0 = __half22float2(*(const __half2 *)&a.x);
-                const float2 f1 = __half22float2(*(const __half2 *)&a.y);
-                const float2 f2 = __half22float2(*(const __half2 *)&a.z);
-                const float2 f3 = __half22float2(*(const __half2 *)&a.w);
-                dot += q0.x * f0.x + q0.y * f0.y + q0.z * f1.x + q0.w * f1.y + q1.x * f2.x +
-                       q1.y * f2.y + q1.z * f3.x + q1.w * f3.y;
+                for (int i = 0; i < d; i += 8) { // a head of 128: every load of the key at once
+                    const uint4 a = *(const uint4 *)(kr + i);
+                    const float4 q0 = *(const float4 *)(qs + i),
+                                 q1 = *(const float4 *)(qs + i + 4);
+                    const float2 f0 = __half22float2(*(const __half2 *)&a.x);
+                    const float2 f1 = __half22float2(*(const __half2 *)&a.y);
+                    const float2 f2 = __half22float2(*(const __half2 *)&a.z);
+                    const float2 f3 = __half22float2(*(const __half2 *)&a.w);
+                    dot += q0.x * f0.x + q0.y * f0.y + q0.z * f1.x + q0.w * f1.y + q1.x * f2.x +
+                           q1.y * f2.y + q1.z * f3.x + q1.w * f3.y;
+                }
             }
             s = dot * scale;
             if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
@@ -484,56 +495,59 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
         // that multiplied each row as it arrived waited one round trip per key. A key past the
         // end re-reads the chunk's last row with weight 0 (its lane's e).
         const int32_t n_keys = last - c0 + 1 < 32 ? last - c0 + 1 : 32;
-        for (int j0 = 0; j0 < n_keys && KQ != KV_F16; j0 += DEC_V_BATCH) {
+        if constexpr (KQ != KV_F16) {
             // the same with quantized rows: a lane's 4 dimensions are in one group
-            uint32_t cb[DEC_V_BATCH][NV];
-            float sb[DEC_V_BATCH][NV], mb[DEC_V_BATCH][NV], pb[DEC_V_BATCH];
+            for (int j0 = 0; j0 < n_keys; j0 += DEC_V_BATCH) {
+                uint32_t cb[DEC_V_BATCH][NV];
+                float sb[DEC_V_BATCH][NV], mb[DEC_V_BATCH][NV], pb[DEC_V_BATCH];
 #pragma unroll
-            for (int u = 0; u < DEC_V_BATCH; u++) {
-                const int jj = j0 + u, src = jj < n_keys ? jj : n_keys - 1;
-                pb[u] = __shfl_sync(0xffffffffu, e, jj);
-                const int32_t bj = __shfl_sync(0xffffffffu, blk, src);
-                const kvq_row r = kvq_at(kv, kv.v, bj, layer, kvh, (c0 + src) % bt);
+                for (int u = 0; u < DEC_V_BATCH; u++) {
+                    const int jj = j0 + u, src = jj < n_keys ? jj : n_keys - 1;
+                    pb[u] = __shfl_sync(0xffffffffu, e, jj);
+                    const int32_t bj = __shfl_sync(0xffffffffu, blk, src);
+                    const kvq_row r = kvq_at(kv, kv.v, bj, layer, kvh, (c0 + src) % bt);
 #pragma unroll
-                for (int k = 0; k < NV; k++) {
-                    const int i = 4 * lane + 128 * k;
-                    const bool in = i < d;
-                    cb[u][k] = in ? kvq_codes4<KQ>(r, i / 32, (i % 32) / 4) : 0u;
-                    sb[u][k] = in ? h2f(r.s[(i / 32) * r.stride]) : 0.0f;
-                    mb[u][k] = in ? h2f(r.m[(i / 32) * r.stride]) : 0.0f;
+                    for (int k = 0; k < NV; k++) {
+                        const int i = 4 * lane + 128 * k;
+                        const bool in = i < d;
+                        cb[u][k] = in ? kvq_codes4<KQ>(r, i / 32, (i % 32) / 4) : 0u;
+                        sb[u][k] = in ? h2f(r.s[(i / 32) * r.stride]) : 0.0f;
+                        mb[u][k] = in ? h2f(r.m[(i / 32) * r.stride]) : 0.0f;
+                    }
                 }
+#pragma unroll
+                for (int u = 0; u < DEC_V_BATCH; u++)
+#pragma unroll
+                    for (int k = 0; k < NV; k++)
+#pragma unroll
+                        for (int x = 0; x < 4; x++)
+                            acc[k][x] += pb[u] * (mb[u][k] + sb[u][k] * byte_f(cb[u][k], x));
             }
+        } else {
+            for (int j0 = 0; j0 < n_keys; j0 += DEC_V_BATCH) {
+                uint2 vb[DEC_V_BATCH][NV];
+                float pb[DEC_V_BATCH];
 #pragma unroll
-            for (int u = 0; u < DEC_V_BATCH; u++)
+                for (int u = 0; u < DEC_V_BATCH; u++) {
+                    const int jj = j0 + u, src = jj < n_keys ? jj : n_keys - 1;
+                    pb[u] = __shfl_sync(0xffffffffu, e, jj);
+                    const int32_t bj = __shfl_sync(0xffffffffu, blk, src);
+                    const uint16_t *vr = kv.v + kv_index(kv, bj, layer, kvh, (c0 + src) % bt);
 #pragma unroll
-                for (int k = 0; k < NV; k++)
-#pragma unroll
-                    for (int x = 0; x < 4; x++)
-                        acc[k][x] += pb[u] * (mb[u][k] + sb[u][k] * byte_f(cb[u][k], x));
-        }
-        for (int j0 = 0; j0 < n_keys && KQ == KV_F16; j0 += DEC_V_BATCH) {
-            uint2 vb[DEC_V_BATCH][NV];
-            float pb[DEC_V_BATCH];
-#pragma unroll
-            for (int u = 0; u < DEC_V_BATCH; u++) {
-                const int jj = j0 + u, src = jj < n_keys ? jj : n_keys - 1;
-                pb[u] = __shfl_sync(0xffffffffu, e, jj);
-                const int32_t bj = __shfl_sync(0xffffffffu, blk, src);
-                const uint16_t *vr = kv.v + kv_index(kv, bj, layer, kvh, (c0 + src) % bt);
-#pragma unroll
-                for (int k = 0; k < NV; k++) {
-                    const int i = 4 * lane + 128 * k;
-                    vb[u][k] = i < d ? *(const uint2 *)(vr + i) : make_uint2(0, 0);
+                    for (int k = 0; k < NV; k++) {
+                        const int i = 4 * lane + 128 * k;
+                        vb[u][k] = i < d ? *(const uint2 *)(vr + i) : make_uint2(0, 0);
+                    }
                 }
-            }
 #pragma unroll
-            for (int u = 0; u < DEC_V_BATCH; u++) {
+                for (int u = 0; u < DEC_V_BATCH; u++) {
 #pragma unroll
-                for (int k = 0; k < NV; k++) {
-                    const float2 a = __half22float2(*(const __half2 *)&vb[u][k].x);
-                    const float2 b = __half22float2(*(const __half2 *)&vb[u][k].y);
-                    acc[k][0] += pb[u] * a.x, acc[k][1] += pb[u] * a.y;
-                    acc[k][2] += pb[u] * b.x, acc[k][3] += pb[u] * b.y;
+                    for (int k = 0; k < NV; k++) {
+                        const float2 a = __half22float2(*(const __half2 *)&vb[u][k].x);
+                        const float2 b = __half22float2(*(const __half2 *)&vb[u][k].y);
+                        acc[k][0] += pb[u] * a.x, acc[k][1] += pb[u] * a.y;
+                        acc[k][2] += pb[u] * b.x, acc[k][3] += pb[u] * b.y;
+                    }
                 }
             }
         }
@@ -971,8 +985,10 @@ void hx_cuda_attention_rows(const hx_cuda_kv *kv, int32_t layer, const hx_cuda_r
     const dim3 grid((unsigned)(n_tok * n_head),
                     splits > 0 && splits < DEC_SPLITS ? splits : DEC_SPLITS);
     const bool wide = kv->d_head > 128;
-    auto *kernel = kv->dtype == KV_Q8   ? (wide ? decode_split_kernel<2, KV_Q8> : decode_split_kernel<1, KV_Q8>)
-                   : kv->dtype == KV_Q4 ? (wide ? decode_split_kernel<2, KV_Q4> : decode_split_kernel<1, KV_Q4>)
+    auto *kernel = kv->dtype == KV_Q8 ? (wide ? decode_split_kernel<2, KV_Q8>
+                                             : decode_split_kernel<1, KV_Q8>)
+                   : kv->dtype == KV_Q4 ? (wide ? decode_split_kernel<2, KV_Q4>
+                                                : decode_split_kernel<1, KV_Q4>)
                    : wide ? decode_split_kernel<2, KV_F16> : decode_split_kernel<1, KV_F16>;
     launch(kernel, grid, 32 * ATT_WARPS, 0, s, *kv, layer, *rows, q, n_head, scale, window,
            softcap, scratch + DEC_COUNTERS, (unsigned *)scratch, out, xq, xd);
