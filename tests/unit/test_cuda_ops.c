@@ -1140,35 +1140,44 @@ static int test_attention_joined(void)
            attention_joined_case(HX_KV_Q4, 3, three, 24, true);
 }
 
-/* attention_case over a table: cache type, d_head, heads, kv heads, window, soft cap */
-typedef struct {
+/* attention_case's shapes: cache type, d_head, heads, kv heads, window, soft cap. The f16 ones
+ * cover heads on the vector paths (64, 128, 256) and off them (80); the quantized ones the
+ * head sizes of the fast paths, with a window and a soft cap. */
+static const struct {
     hx_kv_dtype dt;
     int32_t     d_head, n_head, n_kv, window;
     float       softcap;
-} attention_shape;
+} attention_shapes[] = {
+    {HX_KV_F16, 64, 9, 3, 0, 0.0f},   {HX_KV_F16, 128, 8, 8, 0, 0.0f},
+    {HX_KV_F16, 80, 4, 2, 0, 0.0f},   {HX_KV_F16, 64, 4, 1, 40, 0.0f},
+    {HX_KV_F16, 128, 4, 2, 0, 30.0f}, {HX_KV_F16, 256, 4, 2, 20, 50.0f},
+    {HX_KV_Q8, 64, 9, 3, 0, 0.0f},    {HX_KV_Q4, 64, 9, 3, 0, 0.0f},
+    {HX_KV_Q8, 128, 8, 8, 0, 0.0f},   {HX_KV_Q4, 128, 4, 2, 40, 30.0f},
+    {HX_KV_Q8, 256, 4, 2, 20, 50.0f}, {HX_KV_Q4, 256, 4, 2, 0, 0.0f},
+};
 
-static int attention_cases(const attention_shape *c, size_t n)
+/* attention_case for every shape whose cache is f16 (quantized: false) or quantized. */
+static int attention_cases(bool quantized)
 {
-    for (size_t i = 0; i < n; i++)
-        if (attention_case(c[i].dt, c[i].d_head, c[i].n_head, c[i].n_kv, c[i].window,
-                           c[i].softcap))
+    for (size_t i = 0; i < HX_COUNTOF(attention_shapes); i++) {
+        const hx_kv_dtype dt = attention_shapes[i].dt;
+        if ((dt != HX_KV_F16) == quantized &&
+            attention_case(dt, attention_shapes[i].d_head, attention_shapes[i].n_head,
+                           attention_shapes[i].n_kv, attention_shapes[i].window,
+                           attention_shapes[i].softcap))
             return 1;
+    }
     return 0;
 }
 
 static int test_attention(void)
 {
     NEED_GPU();
-    static const attention_shape cases[] = {
-        {HX_KV_F16, 64, 9, 3, 0, 0.0f},   {HX_KV_F16, 128, 8, 8, 0, 0.0f},
-        {HX_KV_F16, 80, 4, 2, 0, 0.0f},   {HX_KV_F16, 64, 4, 1, 40, 0.0f},
-        {HX_KV_F16, 128, 4, 2, 0, 30.0f}, {HX_KV_F16, 256, 4, 2, 20, 50.0f},
-    };
-    return attention_cases(cases, HX_COUNTOF(cases));
+    return attention_cases(false);
 }
 
-/* The quantized caches (HX_KV_Q8, HX_KV_Q4) at the head sizes of the fast paths (64, 128, 256),
- * with a window and a soft cap; a head the groups do not divide (80) is refused alike. */
+/* The quantized caches (HX_KV_Q8, HX_KV_Q4) over attention_shapes; a head the groups do not
+ * divide (80) is refused alike. */
 static int test_attention_kvq(void)
 {
     NEED_GPU();
@@ -1177,12 +1186,7 @@ static int test_attention_kvq(void)
                        .d_head = 80, .kv_dim = 160, .dtype = HX_KV_Q8};
     CHECK(gpu->kv_alloc(gpu, &bad, &err) == HX_E_INVALID);
     CHECK(strstr(err.msg, "multiple of 32") != NULL);
-    static const attention_shape cases[] = {
-        {HX_KV_Q8, 64, 9, 3, 0, 0.0f},     {HX_KV_Q4, 64, 9, 3, 0, 0.0f},
-        {HX_KV_Q8, 128, 8, 8, 0, 0.0f},    {HX_KV_Q4, 128, 4, 2, 40, 30.0f},
-        {HX_KV_Q8, 256, 4, 2, 20, 50.0f},  {HX_KV_Q4, 256, 4, 2, 0, 0.0f},
-    };
-    return attention_cases(cases, HX_COUNTOF(cases));
+    return attention_cases(true);
 }
 
 /* rmsnorm at the widths its launches differ by (values a thread holds in registers: up to 4, 8
