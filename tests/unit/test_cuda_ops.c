@@ -26,8 +26,8 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/kv_quant.h"
 #include "backend/device.h"
+#include "backend/kv_quant.h"
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/f16.h"

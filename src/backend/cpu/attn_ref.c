@@ -10,10 +10,10 @@
 
 #include <math.h>
 
+#include "backend/kv_quant.h"
 #include "base/cpu.h"
 #include "base/err.h"
 #include "base/f16.h"
-#include "backend/kv_quant.h"
 
 enum { MAX_D = 256 }; /* the largest d_head the references take */
 

@@ -24,9 +24,9 @@
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/attn.h"
 #include "backend/cpu/kernels.h"
-#include "backend/kv_quant.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/packed.h"
+#include "backend/kv_quant.h"
 
 #define MAX_THREADS 256
 

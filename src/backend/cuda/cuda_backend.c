@@ -33,8 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/kv_quant.h"
 #include "backend/cuda/cuda_int.h"
+#include "backend/kv_quant.h"
 #include "backend/moe_route.h"
 #include "base/alloc.h"
 #include "base/clock.h"
