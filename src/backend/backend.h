@@ -127,6 +127,10 @@ typedef struct {
 } hx_sample_row;
 #define HX_SAMPLE_TOP_K 256
 #define HX_SAMPLE_N_TOP 20
+/* Rows one sample_start draws at most, and the token id that names one of them in the next
+ * step's embed (see sample_start). */
+#define HX_SAMPLE_AHEAD_ROWS 64
+#define HX_TOKEN_DRAWN(i)    (-1 - (int32_t)(i))
 
 /* What `sample` returns for a row. With logprobs, those of the edited logits at temperature 1
  * over the whole vocabulary: the token's, and the n_top best tokens' (best first, ties: the
@@ -179,7 +183,8 @@ struct hx_backend {
      * then writes its own positions after the shared ones. */
     void (*kv_copy)(hx_backend *be, const hx_kv_store *kv, int32_t src, int32_t dst);
 
-    /* out[t] = row ids[t] of w (any dtype), as f32.  out: [n_tok, d] */
+    /* out[t] = row ids[t] of w (any dtype), as f32.  out: [n_tok, d]. An id below 0 is
+     * HX_TOKEN_DRAWN(i) (only on a backend with sample_start, after one). */
     void (*embed)(hx_backend *be, const hx_tensor *w, const int32_t *ids, int64_t n_tok,
                   float *out);
     /* out[r][o] = sum_i w[o][i] * x[r][i].  w: [n_out, n_in] any dtype; x: [n_rows, n_in];
@@ -229,6 +234,16 @@ struct hx_backend {
      * ids instead of whole rows of logits. The edits change the logits in place. */
     void (*sample)(hx_backend *be, float *logits, int64_t n, int64_t n_vocab,
                    const hx_sample_row *rows, hx_sample_out *out);
+    /* Optional, with `sample` (NULL otherwise): `sample` in two halves, so that the host prepares
+     * and starts the next step while the device computes this one. sample_start draws every
+     * row (each top_k > 0; n <= HX_SAMPLE_AHEAD_ROWS) and starts the step without waiting for
+     * it; out (host memory, left alone until then) holds the draws when the matching
+     * sample_finish returns. Meanwhile the caller may record the next step, whose embed ids
+     * may then be HX_TOKEN_DRAWN(i): the token this start draws for row i. At most two starts
+     * are pending; sample_finish waits for the older one. */
+    void (*sample_start)(hx_backend *be, float *logits, int64_t n, int64_t n_vocab,
+                         const hx_sample_row *rows, hx_sample_out *out);
+    void (*sample_finish)(hx_backend *be);
 
     void (*destroy)(hx_backend *be);
 };

@@ -67,8 +67,21 @@ struct hx_executor {
     int32_t          *ids, *pos, *seq, *logit_rows;
     hx_kv_seq        *kvs, *kvs_swa;
     float            *logits;  /* [n_batch, n_vocab] */
-    hx_sample_row     draws[MAX_BATCH]; /* per logit row: drawn by the backend when top_k > 0 */
-    hx_sample_out     drawn[MAX_BATCH];
+    /* per logit row: drawn by the backend when top_k > 0; two sets, one for a step in flight
+     * and one for the step being prepared */
+    hx_sample_row     draws[2][MAX_BATCH];
+    hx_sample_out     drawn[2][MAX_BATCH];
+    int               side;    /* the set the next step uses */
+    /* A step started ahead (hx_batch.ahead) and not yet read: its sequences in logit-row order,
+     * each slot's admission number then (a slot whose job has since ended, or been replaced,
+     * is not fed) and rows; n_seqs 0: none. */
+    struct {
+        slot   *sl[MAX_BATCH];
+        int64_t order[MAX_BATCH];
+        int32_t rows[MAX_BATCH];
+        int32_t n_seqs;
+        int     side;
+    } flight;
 };
 
 /* ---- completions and events ---- */
@@ -328,10 +341,128 @@ static int32_t batch_add(hx_executor *ex, slot *sl, int32_t n_rows, int32_t n_se
     return rows;
 }
 
+/* Whether slot sl still runs the job it ran in the step in flight as its k-th sequence. */
+static bool in_flight(const hx_executor *ex, int32_t k)
+{
+    const slot *sl = ex->flight.sl[k];
+    return sl->job && sl->order == ex->flight.order[k];
+}
+
+/* Ends the slots whose generation is done or whose job was cancelled. */
+static void finish_slots(hx_executor *ex)
+{
+    for (int32_t i = 0; i < ex->p.n_batch; i++) {
+        slot *sl = &ex->slots[i];
+        if (!sl->job) continue;
+        if (!hx_gen_done(sl->gen) && job_cancelled(sl->job)) hx_gen_cancel(sl->gen);
+        if (hx_gen_done(sl->gen)) slot_finish(ex, sl, HX_OK, NULL);
+    }
+}
+
+/* After a step: feeds slot sl the rows it had in it, with its draw or logit row i (-1: none). */
+static void absorb(hx_executor *ex, slot *sl, int32_t rows, int32_t i, int side, bool drawn)
+{
+    const int32_t n_vocab = ex->m->hp.n_vocab;
+    float *logits = i >= 0 ? ex->logits + (size_t)i * n_vocab : NULL;
+    if (drawn) hx_gen_fed_drawn(sl->gen, rows, &ex->drawn[side][i], i, logits);
+    else hx_gen_fed(sl->gen, rows, logits);
+    if (!sl->prompt_cached && i >= 0) {
+        /* The prompt is in the cache now: a request with the same beginning that arrives while
+         * this one still generates starts after it. Its full blocks are final; only the partial
+         * last one is still written, and that one is not shared. */
+        cache_sequence(ex, sl);
+        sl->prompt_cached = true;
+    }
+}
+
+static void count_step(hx_executor *ex)
+{
+    pthread_mutex_lock(&ex->mu);
+    ex->stats.n_steps++;
+    kv_figures(ex);
+    pthread_mutex_unlock(&ex->mu);
+}
+
+/* Whether the step after the one in flight can start before that one is read: the same
+ * sequences, nothing else running, each one's next row certain (hx_gen_can_run_ahead) with
+ * KV room for it. */
+static bool can_chain(hx_executor *ex)
+{
+    int32_t running = 0;
+    for (int32_t i = 0; i < ex->p.n_batch; i++) running += ex->slots[i].job != NULL;
+    if (running != ex->flight.n_seqs) return false;
+    for (int32_t k = 0; k < ex->flight.n_seqs; k++) {
+        slot *sl = ex->flight.sl[k];
+        if (!in_flight(ex, k) || job_cancelled(sl->job) || !hx_gen_can_run_ahead(sl->gen))
+            return false;
+    }
+    for (int32_t k = 0; k < ex->flight.n_seqs; k++) {
+        hx_err err = {0};
+        while (hx_gen_reserve_ahead(ex->flight.sl[k]->gen, &err) != HX_OK)
+            if (!ex->cache || hx_prefix_cache_evict(ex->cache, 1) == 0) return false;
+    }
+    return true;
+}
+
+/* Waits out the step in flight when no job it feeds runs any more (each ended or was
+ * cancelled after it started), so that nothing is left in flight while the engine idles. */
+static void drain_if_unwanted(hx_executor *ex)
+{
+    for (int32_t k = 0; k < ex->flight.n_seqs; k++)
+        if (in_flight(ex, k)) return;
+    if (ex->flight.n_seqs > 0) hx_llm_finish(ex->m);
+    ex->flight.n_seqs = 0;
+}
+
+/* With a step in flight: starts the next one over the same sequences when it can (each row's
+ * token the draw in flight), then reads the one in flight and feeds its draws. Returns true
+ * when a step is in flight again; false when the caller should build a step as usual. */
+static bool step_ahead(hx_executor *ex)
+{
+    const int fs = ex->flight.side, ns = ex->side;
+    const int32_t n = ex->flight.n_seqs;
+    bool chained = can_chain(ex);
+    for (int32_t k = 0; chained && k < n; k++)
+        chained = hx_gen_device_row(ex->flight.sl[k]->gen, &ex->draws[ns][k]);
+    if (chained) {
+        for (int32_t k = 0; k < n; k++) {
+            ex->ids[k] = HX_TOKEN_DRAWN(k);
+            ex->logit_rows[k] = k;
+            hx_gen_rows_ahead(ex->flight.sl[k]->gen, k, &ex->pos[k], &ex->seq[k], &ex->kvs[k],
+                              &ex->kvs_swa[k]);
+        }
+        const hx_batch b = {.n_tok = n, .tokens = ex->ids, .pos = ex->pos, .seq = ex->seq,
+                            .seqs = ex->kvs, .seqs_swa = ex->kvs_swa, .n_seqs = n,
+                            .logit_rows = ex->logit_rows, .n_logits = n,
+                            .draws = ex->draws[ns], .drawn = ex->drawn[ns], .ahead = true};
+        hx_err err = {0};
+        hx_kv_store *swa = ex->pool_swa ? &ex->pool_swa->store : NULL;
+        chained = hx_llm_forward(ex->m, &ex->pool->store, swa, &b, ex->logits, &err) == HX_OK;
+    }
+    hx_llm_finish(ex->m);
+    for (int32_t k = 0; k < n; k++)
+        if (in_flight(ex, k)) absorb(ex, ex->flight.sl[k], ex->flight.rows[k], k, fs, true);
+    count_step(ex);
+    ex->flight.n_seqs = 0;
+    if (chained) {
+        for (int32_t k = 0; k < n; k++) ex->flight.rows[k] = 1;
+        ex->flight.n_seqs = n;
+        ex->flight.side = ns;
+        ex->side = 1 - ns;
+    }
+    finish_slots(ex);
+    drain_if_unwanted(ex);
+    return ex->flight.n_seqs > 0;
+}
+
 /* One forward step over every running slot: a decode row for each generating one, then prefill
- * chunks in admission order while the step has room. */
+ * chunks in admission order while the step has room. A step whose every sequence draws its next
+ * token on the device, certain to need the row after it, is started ahead: the engine comes
+ * back to it (step_ahead) after starting the next, so the host's work between two steps (the
+ * draws' text, stop strings, events, the next batch) overlaps the device's. */
 static void step(hx_executor *ex)
 {
+    if (ex->flight.n_seqs > 0 && step_ahead(ex)) return;
     const int32_t n_batch = ex->p.n_batch, budget = ex->p.step_tokens;
     slot *order[64];
     int32_t n_order = 0;
@@ -363,62 +494,58 @@ static void step(hx_executor *ex)
                 slot_finish(ex, order[i], HX_E_CONTEXT, "the KV cache is full: no room to go on");
                 break;
             }
-        goto finish;
+        finish_slots(ex);
+        return;
     }
-    {
-        hx_err err = {0};
-        /* The backend draws the tokens it can (only ids come back); a prefill middle chunk's
-         * row, whose logits nobody uses, it "draws" greedily rather than copy it back. */
-        const bool draw = ex->m->be->sample != NULL;
-        if (n_logits == 0) {
-            ex->logit_rows[n_logits++] = n_rows - 1;
-            ex->draws[0] = (hx_sample_row){.top_k = 1};
-        }
-        for (int32_t i = 0; i < n_seqs && draw; i++) {
-            slot *sl = in_batch[i];
-            if (sl->i_logit >= 0 && !hx_gen_device_row(sl->gen, &ex->draws[sl->i_logit]))
-                ex->draws[sl->i_logit].top_k = 0;
-        }
-        const hx_batch b = {.n_tok = n_rows, .tokens = ex->ids, .pos = ex->pos, .seq = ex->seq,
-                            .seqs = ex->kvs, .seqs_swa = ex->kvs_swa, .n_seqs = n_seqs,
-                            .logit_rows = ex->logit_rows, .n_logits = n_logits,
-                            .draws = draw ? ex->draws : NULL, .drawn = ex->drawn};
-        hx_kv_store *swa = ex->pool_swa ? &ex->pool_swa->store : NULL;
-        const hx_status st = hx_llm_forward(ex->m, &ex->pool->store, swa, &b, ex->logits, &err);
-        const int32_t n_vocab = ex->m->hp.n_vocab;
+    hx_err err = {0};
+    /* The backend draws the tokens it can (only ids come back); a prefill middle chunk's row,
+     * whose logits nobody uses, it "draws" greedily rather than copy it back. */
+    const int side = ex->side;
+    hx_sample_row *draws = ex->draws[side];
+    const bool draw = ex->m->be->sample != NULL;
+    bool ahead = draw && hx_llm_can_start_ahead(ex->m) && n_logits == n_seqs;
+    if (n_logits == 0) {
+        ex->logit_rows[n_logits++] = n_rows - 1;
+        draws[0] = (hx_sample_row){.top_k = 1};
+    }
+    for (int32_t i = 0; i < n_seqs && draw; i++) {
+        slot *sl = in_batch[i];
+        if (sl->i_logit >= 0 && !hx_gen_device_row(sl->gen, &draws[sl->i_logit]))
+            draws[sl->i_logit].top_k = 0;
+        ahead = ahead && sl->i_logit >= 0 && draws[sl->i_logit].top_k > 0 &&
+                hx_gen_can_run_ahead(sl->gen);
+    }
+    const hx_batch b = {.n_tok = n_rows, .tokens = ex->ids, .pos = ex->pos, .seq = ex->seq,
+                        .seqs = ex->kvs, .seqs_swa = ex->kvs_swa, .n_seqs = n_seqs,
+                        .logit_rows = ex->logit_rows, .n_logits = n_logits,
+                        .draws = draw ? draws : NULL, .drawn = ex->drawn[side], .ahead = ahead};
+    hx_kv_store *swa = ex->pool_swa ? &ex->pool_swa->store : NULL;
+    const hx_status st = hx_llm_forward(ex->m, &ex->pool->store, swa, &b, ex->logits, &err);
+    if (st == HX_OK && ahead) { /* in logit-row order: i_logit is the slot's index here */
         for (int32_t i = 0; i < n_seqs; i++) {
-            slot *sl = in_batch[i];
-            if (st != HX_OK) {
-                hx_gen_cancel(sl->gen);
-                slot_finish(ex, sl, st, err.msg);
-                continue;
-            }
-            if (draw && sl->i_logit >= 0 && ex->draws[sl->i_logit].top_k > 0)
-                hx_gen_fed_drawn(sl->gen, sl->rows, &ex->drawn[sl->i_logit], sl->i_logit,
-                                 ex->logits + (size_t)sl->i_logit * n_vocab);
-            else
-                hx_gen_fed(sl->gen, sl->rows,
-                           sl->i_logit >= 0 ? ex->logits + (size_t)sl->i_logit * n_vocab : NULL);
-            if (!sl->prompt_cached && sl->i_logit >= 0) {
-                /* The prompt is in the cache now: a request with the same beginning that arrives
-                 * while this one still generates starts after it. Its full blocks are final;
-                 * only the partial last one is still written, and that one is not shared. */
-                cache_sequence(ex, sl);
-                sl->prompt_cached = true;
-            }
+            ex->flight.sl[i] = in_batch[i];
+            ex->flight.order[i] = in_batch[i]->order;
+            ex->flight.rows[i] = in_batch[i]->rows;
         }
-        pthread_mutex_lock(&ex->mu);
-        ex->stats.n_steps++;
-        kv_figures(ex);
-        pthread_mutex_unlock(&ex->mu);
+        ex->flight.n_seqs = n_seqs;
+        ex->flight.side = side;
+        ex->side = 1 - side;
+        finish_slots(ex); /* a job cancelled meanwhile ends now; its row is not fed */
+        drain_if_unwanted(ex);
+        return;
     }
-finish:
-    for (int32_t i = 0; i < n_batch; i++) {
-        slot *sl = &ex->slots[i];
-        if (!sl->job) continue;
-        if (!hx_gen_done(sl->gen) && job_cancelled(sl->job)) hx_gen_cancel(sl->gen);
-        if (hx_gen_done(sl->gen)) slot_finish(ex, sl, HX_OK, NULL);
+    for (int32_t i = 0; i < n_seqs; i++) {
+        slot *sl = in_batch[i];
+        if (st != HX_OK) {
+            hx_gen_cancel(sl->gen);
+            slot_finish(ex, sl, st, err.msg);
+            continue;
+        }
+        absorb(ex, sl, sl->rows, sl->i_logit, side,
+               draw && sl->i_logit >= 0 && draws[sl->i_logit].top_k > 0);
     }
+    count_step(ex);
+    finish_slots(ex);
 }
 
 /* Common leading tokens of two prompts. */

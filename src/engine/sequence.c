@@ -359,6 +359,27 @@ void hx_gen_rows(const hx_gen *g, int32_t rows, int32_t seq, int32_t *tokens, in
     *kv_swa = (hx_kv_seq){s->table_swa.blocks, s->n_tokens + rows};
 }
 
+bool hx_gen_can_run_ahead(const hx_gen *g)
+{
+    return !g->done && hx_sampler_runs_ahead(g->smp) && g->stats.n_gen + 1 < g->limit &&
+           g->n_known + 1 < g->s->n_ctx;
+}
+
+hx_status hx_gen_reserve_ahead(hx_gen *g, hx_err *err)
+{
+    return hx_gen_reserve(g, g->n_known + 1 - g->s->n_tokens, err);
+}
+
+void hx_gen_rows_ahead(const hx_gen *g, int32_t seq, int32_t *pos, int32_t *seq_ids,
+                       hx_kv_seq *kv, hx_kv_seq *kv_swa)
+{
+    const hx_sequence *s = g->s;
+    *pos = g->n_known; /* where the token in flight goes */
+    *seq_ids = seq;
+    *kv = (hx_kv_seq){s->table.blocks, g->n_known + 1};
+    *kv_swa = (hx_kv_seq){s->table_swa.blocks, g->n_known + 1};
+}
+
 void hx_gen_preempt(hx_gen *g)
 {
     sequence_truncate(g->s, 0);
@@ -509,6 +530,39 @@ hx_status hx_gen_end(hx_gen *g, hx_gen_stats *stats, hx_err *err)
 
 /* ---- a generation alone ---- */
 
+/* generate's step that runs ahead: while the step of draw slot `cur` is in flight, starts the
+ * next one (draw slot 1 - cur) when g's row is certain; then reads the one in flight and feeds
+ * its draw. Returns whether a step is still in flight (then in slot 1 - cur). */
+static bool step_ahead(hx_sequence *s, hx_gen *g, int32_t rows, hx_sample_row *draw,
+                       hx_sample_out *drawn, int cur, hx_status *st, hx_err *err)
+{
+    const hx_gen_params *gp = g->gp;
+    const int nx = 1 - cur;
+    hx_err e2 = {0};
+    bool next = hx_gen_can_run_ahead(g) && !(gp->cancelled && gp->cancelled(g->user)) &&
+                hx_gen_reserve_ahead(g, &e2) == HX_OK && hx_gen_device_row(g, &draw[nx]);
+    if (next) {
+        hx_kv_seq kvs, kvs_swa;
+        hx_gen_rows_ahead(g, 0, s->pos, s->seq, &kvs, &kvs_swa);
+        s->ids[0] = HX_TOKEN_DRAWN(0);
+        s->rows[0] = 0;
+        const hx_batch b = {.n_tok = 1, .tokens = s->ids, .pos = s->pos, .seq = s->seq,
+                            .seqs = &kvs, .seqs_swa = &kvs_swa, .n_seqs = 1,
+                            .logit_rows = s->rows, .n_logits = 1, .draws = &draw[nx],
+                            .drawn = &drawn[nx], .ahead = true};
+        hx_kv_store *swa = s->pool_swa ? &s->pool_swa->store : NULL;
+        *st = hx_llm_forward(s->m, &s->pool->store, swa, &b, s->logits, err);
+        next = *st == HX_OK;
+    }
+    hx_llm_finish(s->m);
+    hx_gen_fed_drawn(g, rows, &drawn[cur], 0, s->logits);
+    if (next && hx_gen_done(g)) { /* the row started ahead is not wanted: wait it out */
+        hx_llm_finish(s->m);
+        next = false;
+    }
+    return next;
+}
+
 hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
                               const hx_gen_params *gp, hx_gen_cb cb, void *user,
                               hx_gen_stats *stats, hx_err *err)
@@ -517,7 +571,19 @@ hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
     hx_gen *g = NULL;
     hx_status st = hx_gen_begin(s, prompt, n, gp, cb, user, &g, err);
     if (st != HX_OK) return st;
-    while (!hx_gen_done(g)) {
+    /* A step started ahead (the backend draws, and the next row is certain) is read only after
+     * the step after it has been started: the host's work between steps overlaps the device's. */
+    hx_sample_row draw[2] = {{.top_k = 1}, {.top_k = 1}};
+    hx_sample_out drawn[2];
+    int cur = 0;
+    int32_t in_flight = 0; /* rows of the step started ahead, not yet fed */
+    while (!hx_gen_done(g) && st == HX_OK) {
+        if (in_flight > 0) {
+            const bool more = step_ahead(s, g, in_flight, draw, drawn, cur, &st, err);
+            in_flight = more ? 1 : 0;
+            cur = more ? 1 - cur : cur;
+            continue;
+        }
         const int32_t pending = hx_gen_pending(g);
         const int32_t rows = pending < s->m->max_tok ? pending : (int32_t)s->m->max_tok;
         if (gp->cancelled && gp->cancelled(user)) {
@@ -531,15 +597,18 @@ hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
         const bool last = rows == pending;
         /* The backend draws the token where it can; a middle chunk's row it "draws" greedily,
          * which is cheaper than copying the row back for nothing. */
-        hx_sample_row draw = {.top_k = 1};
-        hx_sample_out drawn;
-        const bool on_device = s->m->be->sample && (!last || hx_gen_device_row(g, &draw));
+        draw[cur] = (hx_sample_row){.top_k = 1};
+        const bool on_device = s->m->be->sample && (!last || hx_gen_device_row(g, &draw[cur]));
+        const bool ahead = on_device && last && hx_llm_can_start_ahead(s->m) &&
+                           hx_gen_can_run_ahead(g);
         hx_batch b = {.n_tok = rows, .tokens = s->ids, .pos = s->pos, .seq = s->seq,
                       .seqs = &kvs, .seqs_swa = &kvs_swa, .n_seqs = 1, .logit_rows = s->rows,
-                      .n_logits = 1, .draws = on_device ? &draw : NULL, .drawn = &drawn};
+                      .n_logits = 1, .draws = on_device ? &draw[cur] : NULL,
+                      .drawn = &drawn[cur], .ahead = ahead};
         hx_kv_store *swa = s->pool_swa ? &s->pool_swa->store : NULL;
         if ((st = hx_llm_forward(s->m, &s->pool->store, swa, &b, s->logits, err)) != HX_OK) break;
-        if (on_device && last) hx_gen_fed_drawn(g, rows, &drawn, 0, s->logits);
+        if (ahead) in_flight = rows;
+        else if (on_device && last) hx_gen_fed_drawn(g, rows, &drawn[cur], 0, s->logits);
         else hx_gen_fed(g, rows, last ? s->logits : NULL);
     }
     const hx_status end = hx_gen_end(g, stats, err);

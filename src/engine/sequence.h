@@ -130,6 +130,18 @@ bool hx_gen_device_row(hx_gen *g, hx_sample_row *row);
  * host samples from them (hx_sampler_device_refused). */
 void hx_gen_fed_drawn(hx_gen *g, int32_t rows, const hx_sample_out *o, int64_t logit_row,
                       float *scratch);
+/* Running ahead (hx_batch.ahead): while a step that feeds g's last known token is in flight,
+ * the step after it may be started before this one's draw is read, feeding that draw as
+ * HX_TOKEN_DRAWN. hx_gen_can_run_ahead says whether that is sound: the draw in flight cannot
+ * end the generation by length, and the sampler runs ahead (hx_sampler_runs_ahead); a stop
+ * token or string, or a cancellation, can still end it, and then the row started ahead is
+ * thrown away (never fed). hx_gen_reserve_ahead makes KV room for that row and
+ * hx_gen_rows_ahead writes it (its token is the caller's to set); after the step in flight's
+ * hx_gen_fed_drawn, the row is fed as any other (rows 1), unless g is done. */
+bool      hx_gen_can_run_ahead(const hx_gen *g);
+hx_status hx_gen_reserve_ahead(hx_gen *g, hx_err *err);
+void      hx_gen_rows_ahead(const hx_gen *g, int32_t seq, int32_t *pos, int32_t *seq_ids,
+                            hx_kv_seq *kv, hx_kv_seq *kv_swa);
 /* Gives back the generation's KV blocks; it re-feeds everything it holds later (preemption). */
 void hx_gen_preempt(hx_gen *g);
 bool hx_gen_done(const hx_gen *g);

@@ -379,8 +379,9 @@ hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, hx_kv_store *kv_swa, const 
     if (T < 1 || T > m->max_tok)
         return hx_err_set(err, HX_E_INVALID, "batch of %lld rows (step size %lld)", (long long)T,
                           (long long)m->max_tok);
+    const int32_t lowest = be->sample_start ? HX_TOKEN_DRAWN(HX_SAMPLE_AHEAD_ROWS - 1) : 0;
     for (int64_t t = 0; t < T; t++)
-        if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab)
+        if (b->tokens[t] < lowest || b->tokens[t] >= hp->n_vocab)
             return hx_err_set(err, HX_E_INVALID, "token id %d outside the vocabulary (%d)",
                               b->tokens[t], hp->n_vocab);
     for (int64_t i = 0; i < b->n_logits; i++)
@@ -389,6 +390,13 @@ hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, hx_kv_store *kv_swa, const 
                               b->logit_rows[i]);
     if (b->draws && !be->sample)
         return hx_err_set(err, HX_E_INVALID, "the %s backend does not draw tokens", be->name);
+    if (b->ahead) {
+        bool all = b->draws && be->sample_start && b->n_logits <= HX_SAMPLE_AHEAD_ROWS;
+        for (int64_t i = 0; all && i < b->n_logits; i++) all = b->draws[i].top_k > 0;
+        if (!all)
+            return hx_err_set(err, HX_E_INVALID, "a step started ahead draws every logit row "
+                              "(at most %d) on a backend that starts steps", HX_SAMPLE_AHEAD_ROWS);
+    }
     const float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hp->d_head);
     be->embed(be, m->tok_embd, b->tokens, T, m->x);
     if (m->embed_scale > 0) be->scale(be, m->x, m->embed_scale, T * d);
@@ -464,6 +472,10 @@ hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, hx_kv_store *kv_swa, const 
             be->read(be, logits + i0 * V, m->logits, (size_t)(n * V) * sizeof(float));
             continue;
         }
+        if (b->ahead) { /* one pass: n_logits <= HX_SAMPLE_AHEAD_ROWS <= HX_LLM_LOGIT_ROWS */
+            be->sample_start(be, m->logits, n, V, b->draws, b->drawn);
+            continue;
+        }
         be->sample(be, m->logits, n, V, b->draws + i0, b->drawn + i0);
         for (int64_t i = 0; i < n;) { /* the rows the host samples from, a run at a time */
             int64_t e = i;
@@ -475,6 +487,18 @@ hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, hx_kv_store *kv_swa, const 
         }
     }
     return HX_OK;
+}
+
+_Static_assert(HX_SAMPLE_AHEAD_ROWS <= HX_LLM_LOGIT_ROWS, "a started step's draws are one pass");
+
+void hx_llm_finish(hx_llm *m)
+{
+    m->be->sample_finish(m->be);
+}
+
+bool hx_llm_can_start_ahead(const hx_llm *m)
+{
+    return m->be->sample_start != NULL;
 }
 
 void hx_llm_read_logits(hx_llm *m, int64_t i, float *dst)

@@ -52,6 +52,10 @@ typedef struct {
      * written to drawn[i] instead of the row's logits to the host. */
     const hx_sample_row *draws;
     hx_sample_out       *drawn;
+    /* With a backend that has sample_start: the step is started, not waited for; every logit
+     * row is drawn (at most HX_SAMPLE_AHEAD_ROWS) and drawn[] is filled by hx_llm_finish. The
+     * next batch's tokens may then be HX_TOKEN_DRAWN(i), the token drawn for logit row i. */
+    bool ahead;
 } hx_batch;
 
 typedef struct hx_llm {
@@ -113,6 +117,12 @@ void      hx_llm_close(hx_llm *m);
  * the other layers' to kv. */
 hx_status hx_llm_forward(hx_llm *m, hx_kv_store *kv, hx_kv_store *kv_swa, const hx_batch *batch,
                          float *logits, hx_err *err);
+
+/* Waits for the oldest step started with batch->ahead and fills its drawn[]. */
+void hx_llm_finish(hx_llm *m);
+
+/* Whether the model's backend can start steps ahead (hx_batch.ahead). */
+bool hx_llm_can_start_ahead(const hx_llm *m);
 
 /* Copies logit row i (an index into the last hx_llm_forward's logit_rows) as the forward left it
  * on its backend (a drawn row with the draw's edits applied) into dst [n_vocab], host memory:

@@ -415,6 +415,11 @@ bool hx_sampler_device_row(hx_sampler *s, bool logprobs, hx_sample_row *row)
     return true;
 }
 
+bool hx_sampler_runs_ahead(const hx_sampler *s)
+{
+    return !penalized(&s->p) && !s->p.grammar && !s->bias_repeats;
+}
+
 bool hx_sampler_device_takes(hx_sampler *s, int32_t token)
 {
     return !s->g_active || grammar_takes(s, token);

@@ -115,6 +115,11 @@ int32_t hx_sampler_sample(hx_sampler *s, float *logits, hx_token_logprobs *lp);
  * is the one hx_sampler_sample would have drawn first and the generator stays in step. The
  * drawn token then goes to hx_sampler_device_takes. */
 bool hx_sampler_device_row(hx_sampler *s, bool logprobs, hx_sample_row *row);
+/* Whether the device row of the token after next may be asked for (hx_sampler_device_row)
+ * before the next one is kept: no penalties (the row's edits would count the next token) and
+ * no grammar (the next token could advance or start it, or be refused). Then a backend can draw
+ * one step ahead of the host, and the generator's numbers come in the same order. */
+bool hx_sampler_runs_ahead(const hx_sampler *s);
 /* Whether the token a backend drew stands: always without an active grammar; with one, when
  * the grammar takes it (and then it advances over it, as in hx_sampler_sample). When it does
  * not, hx_sampler_device_refused goes on as hx_sampler_sample would have: the chain again over

@@ -423,6 +423,232 @@ static int test_backend_draws_equal_host_samples(void)
     return 0;
 }
 
+/* ---- a backend that starts steps ahead (sample_start) ----
+ *
+ * As a GPU does it: sample_start draws now (on the CPU the logits are final) but the draws reach
+ * `out` only at sample_finish (until then it holds a poison token, so an engine that read it
+ * early would fail), and the next step's embed resolves HX_TOKEN_DRAWN ids from the newest
+ * start. */
+
+static struct {
+    hx_sample_out  got[2][HX_SAMPLE_AHEAD_ROWS];
+    hx_sample_out *out[2];
+    int64_t        n[2];
+    int            head, count;
+    int32_t        newest[HX_SAMPLE_AHEAD_ROWS];
+} ahd;
+static int64_t n_started, n_fed_ahead, n_misuse;
+static void (*cpu_embed)(hx_backend *, const hx_tensor *, const int32_t *, int64_t, float *);
+
+static void ref_sample_start(hx_backend *be, float *logits, int64_t n, int64_t n_vocab,
+                             const hx_sample_row *rows, hx_sample_out *out)
+{
+    (void)be;
+    if (ahd.count == 2 || n < 1 || n > HX_SAMPLE_AHEAD_ROWS) {
+        n_misuse++;
+        return;
+    }
+    const int k = (ahd.head + ahd.count++) % 2;
+    for (int64_t i = 0; i < n; i++) {
+        if (rows[i].top_k <= 0) n_misuse++;
+        ref_draw(logits + i * n_vocab, n_vocab, &rows[i], &ahd.got[k][i]);
+        ahd.newest[i] = ahd.got[k][i].token;
+        out[i].token = -7; /* not yet */
+        n_drawn++;
+    }
+    ahd.out[k] = out, ahd.n[k] = n;
+    n_started++;
+}
+
+static void ref_sample_finish(hx_backend *be)
+{
+    (void)be;
+    if (ahd.count == 0) {
+        n_misuse++;
+        return;
+    }
+    const int k = ahd.head;
+    memcpy(ahd.out[k], ahd.got[k], (size_t)ahd.n[k] * sizeof ahd.got[k][0]);
+    ahd.head = (k + 1) % 2, ahd.count--;
+}
+
+static void ref_embed(hx_backend *be, const hx_tensor *w, const int32_t *ids, int64_t n_tok,
+                      float *out)
+{
+    static int32_t real[4096];
+    HX_ASSERT(n_tok <= 4096);
+    for (int64_t t = 0; t < n_tok; t++) {
+        real[t] = ids[t];
+        if (ids[t] < 0) real[t] = ahd.newest[-1 - ids[t]], n_fed_ahead++;
+    }
+    cpu_embed(be, w, real, n_tok, out);
+}
+
+/* The CPU backend of r drawing (ahead: starting steps ahead too), or not at all. */
+static void set_draws(rig *r, bool draw, bool ahead)
+{
+    hx_backend *be = r->m.be;
+    if (!cpu_embed) cpu_embed = be->embed;
+    be->sample = draw ? ref_sample : NULL;
+    be->sample_start = ahead ? ref_sample_start : NULL;
+    be->sample_finish = ahead ? ref_sample_finish : NULL;
+    be->embed = ahead ? ref_embed : cpu_embed;
+    n_started = n_fed_ahead = n_misuse = n_drawn = 0;
+}
+
+/* A chat completion that ends by itself: at the end of its turn, at a stop string, or at
+ * max_tokens, sampled with seed (0: greedy). */
+static hx_completion *ending_completion(const rig *r, int i, uint64_t seed)
+{
+    static const char *const ask[4] = {
+        "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>user\nCount from one to ten in words.<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n",
+    };
+    static const char *const stop[2] = {"five", " the "};
+    hx_completion *c = hx_completion_new();
+    hx_tok_ids ids = {0};
+    hx_err err = {0};
+    HX_ASSERT(c && hx_tokenizer_encode(r->m.tok, ask[i], strlen(ask[i]), HX_TOK_PARSE_SPECIAL,
+                                       &ids, &err) == HX_OK);
+    c->prompt = hx_arena_alloc(&c->arena, ids.n * sizeof(int32_t), 0);
+    memcpy(c->prompt, ids.ids, ids.n * sizeof(int32_t));
+    c->n_prompt = (int32_t)ids.n;
+    hx_tok_ids_free(&ids);
+    c->gp.max_tokens = i == 3 ? 9 : 80;
+    c->gp.sampling.temperature = seed ? 0.8f : 0.0f;
+    c->gp.sampling.seed = seed + (uint64_t)i;
+    c->logprobs = i == 2;
+    c->gp.sampling.n_logprobs = 2;
+    if (i == 1) c->gp.stop = stop, c->gp.n_stop = 2;
+    return c;
+}
+
+/* The text, finish reason and token counts of ending completion i (its job j). */
+static int read_ending(hx_job *j, char *out, hx_gen_stats *st)
+{
+    int n;
+    out[0] = '\0';
+    const hx_event done = read_all(j, &n, out, 1024);
+    CHECK_EQ(done.status, HX_OK);
+    *st = done.stats;
+    hx_job_release(j);
+    return 0;
+}
+
+/* The four ending completions, one after the other or all submitted at once. */
+static int run_ending(rig *r, bool together, uint64_t seed, char out[N_JOBS][1024],
+                      hx_gen_stats st[N_JOBS])
+{
+    hx_job *jobs[N_JOBS] = {0};
+    hx_err err = {0};
+    for (int i = 0; i < N_JOBS; i++) {
+        CHECK_EQ(hx_executor_submit(r->ex, ending_completion(r, i, seed), &jobs[i], &err), HX_OK);
+        if (!together) CHECK_EQ(read_ending(jobs[i], out[i], &st[i]), 0);
+    }
+    for (int i = 0; together && i < N_JOBS; i++) CHECK_EQ(read_ending(jobs[i], out[i], &st[i]), 0);
+    return 0;
+}
+
+static hx_event run_one(rig *r, hx_completion *c, char *text, size_t cap);
+
+/* Steps started ahead of the host give exactly the host sampler's output, greedy and seeded,
+ * alone and batched, for jobs that end at their end of turn, at a stop string (the row started
+ * ahead of it thrown away) and at max_tokens; the draws are read only after sample_finish; no
+ * KV block is left held; and a job with penalties, whose next draw depends on the token in
+ * flight, is never run ahead. */
+static int test_steps_started_ahead_equal_host_samples(void)
+{
+    rig r;
+    const hx_executor_params p = {.n_ctx = 256, .n_batch = N_JOBS, .max_queue = 8};
+    if (!rig_open_with(&r, &p)) return 0;
+    static char host[N_JOBS][1024], ahead[N_JOBS][1024];
+    hx_gen_stats hs[N_JOBS], as[N_JOBS];
+    for (uint64_t seed = 0; seed <= 5; seed += 5)
+        for (int together = 0; together < 2; together++) {
+            memset(host, 0, sizeof host), memset(ahead, 0, sizeof ahead);
+            set_draws(&r, false, false);
+            CHECK_EQ(run_ending(&r, together, seed, host, hs), 0);
+            set_draws(&r, true, true);
+            CHECK_EQ(run_ending(&r, together, seed, ahead, as), 0);
+            CHECK_EQ(n_misuse, 0);
+            CHECK(n_started > 0 && n_fed_ahead > 0);
+            for (int i = 0; i < N_JOBS; i++) {
+                if (strcmp(host[i], ahead[i]) != 0)
+                    CHECK_FAIL("seed %llu, prompt %d%s: host \"%s\" vs ahead \"%s\"",
+                               (unsigned long long)seed, i, together ? " (batched)" : "",
+                               host[i], ahead[i]);
+                CHECK_EQ(hs[i].finish, as[i].finish);
+                CHECK_EQ(hs[i].n_gen, as[i].n_gen);
+                CHECK_EQ(hs[i].stop_index, as[i].stop_index);
+            }
+            hx_executor_stats s;
+            hx_executor_stats_get(r.ex, &s);
+            CHECK_EQ(s.kv_blocks_used, 0);
+        }
+    CHECK(hs[1].stop_index >= 0); /* the cases above did end each way */
+    CHECK_EQ(hs[3].finish, HX_FINISH_LENGTH);
+    CHECK_EQ(hs[0].finish, HX_FINISH_STOP);
+    /* Penalties: drawn on the device, never ahead. */
+    set_draws(&r, true, true);
+    hx_completion *c = completion(&r, prompts[1], 12);
+    c->gp.sampling.repeat_penalty = 1.3f;
+    static char text[1024];
+    const hx_event done = run_one(&r, c, text, sizeof text);
+    CHECK_EQ(done.status, HX_OK);
+    CHECK_EQ(done.stats.n_gen, 12);
+    CHECK(n_drawn == 12 && n_started == 0 && n_fed_ahead == 0);
+    set_draws(&r, false, false);
+    rig_free(&r);
+    return 0;
+}
+
+static bool append_text(const char *text, size_t len, const hx_token_logprobs *lp, void *user)
+{
+    (void)lp;
+    char *out = user;
+    const size_t have = strlen(out);
+    if (have + len < 1024) memcpy(out + have, text, len), out[have + len] = '\0';
+    return true;
+}
+
+/* hx_sequence_generate (a generation alone, as `hearth run` makes it) started ahead: the same
+ * text, finish and counts as the host sampler's, for each way of ending. */
+static int test_generation_alone_started_ahead_equals_host_samples(void)
+{
+    rig r;
+    const hx_executor_params p = {.n_ctx = 256, .n_batch = 1, .max_queue = 8};
+    if (!rig_open_with(&r, &p)) return 0;
+    hx_sequence *seq = NULL;
+    hx_err err = {0};
+    CHECK_EQ(hx_sequence_init(r.m.llm, r.m.tok, 256, HX_KV_F16, &seq, &err), HX_OK);
+    for (uint64_t seed = 0; seed <= 5; seed += 5)
+        for (int i = 0; i < N_JOBS; i++) {
+            static char text[2][1024];
+            hx_gen_stats st[2];
+            for (int side = 0; side < 2; side++) {
+                set_draws(&r, side == 1, side == 1);
+                hx_completion *c = ending_completion(&r, i, seed);
+                text[side][0] = '\0';
+                CHECK_EQ(hx_sequence_generate(seq, c->prompt, c->n_prompt, &c->gp, append_text,
+                                              text[side], &st[side], &err),
+                         HX_OK);
+                hx_completion_free(c);
+                CHECK_EQ(n_misuse, 0);
+                CHECK(side == 0 || st[1].n_gen < 2 || n_fed_ahead > 0);
+            }
+            CHECK_STR(text[0], text[1]);
+            CHECK_EQ(st[0].finish, st[1].finish);
+            CHECK_EQ(st[0].n_gen, st[1].n_gen);
+            CHECK_EQ(st[0].stop_index, st[1].stop_index);
+        }
+    set_draws(&r, false, false);
+    hx_sequence_free(seq);
+    rig_free(&r);
+    return 0;
+}
+
 /* A pool too small for every job at once: the newest is preempted, its KV recomputed later,
  * and every job's text is still exactly what it is alone. */
 static int test_preempted_jobs_lose_and_repeat_nothing(void)
@@ -698,5 +924,8 @@ static const check_case cases[] = {
     {"json_grammar_makes_greedy_output_a_json_object", test_json_grammar_makes_greedy_output_a_json_object},
     {"grammar_after_begins_the_grammar_after_the_trigger", test_grammar_after_begins_the_grammar_after_the_trigger},
     {"json_grammar_drawn_by_the_backend", test_json_grammar_drawn_by_the_backend},
+    {"steps_started_ahead_equal_host_samples", test_steps_started_ahead_equal_host_samples},
+    {"generation_alone_started_ahead_equals_host_samples",
+     test_generation_alone_started_ahead_equals_host_samples},
 };
 CHECK_MAIN(cases)

@@ -357,6 +357,8 @@ static void cuda_attention(hx_backend *be, const hx_kv_store *kv, int32_t layer,
     hx_cuda_record(c, "attention", run_attention, &a, sizeof a);
 }
 
+#define SAMPLE_ROWS HX_SAMPLE_AHEAD_ROWS /* rows one launch draws */
+
 /* ---- matmul and the other ops ---- */
 
 typedef struct {
@@ -371,12 +373,13 @@ typedef struct {
     int64_t          x_half; /* GEMM: the half_x the matmul before made still holds x (q, k and
                                 v; gate and up), no conversion */
     const void      *w_half; /* GEMM: the weight's f16 copy (keep_dequantized), or NULL */
+    const void      *drawn;  /* embed: the draws its HX_TOKEN_DRAWN ids name, or NULL */
 } mat_args;
 
 static void run_embed(cuda_impl *c, const void *p)
 {
     const mat_args *a = p;
-    hx_cuda_embed(&a->job[0].w, a->ids, a->n, a->job[0].out, c->stream);
+    hx_cuda_embed(&a->job[0].w, a->ids, a->drawn, a->n, a->job[0].out, c->stream);
 }
 
 static void cuda_embed(hx_backend *be, const hx_tensor *w, const int32_t *ids, int64_t n_tok,
@@ -390,6 +393,13 @@ static void cuda_embed(hx_backend *be, const hx_tensor *w, const int32_t *ids, i
     a.n_jobs = 1;
     a.ids = hx_cuda_stage_ints(c, ids, n_tok);
     a.n = n_tok;
+    for (int64_t t = 0; t < n_tok && !a.drawn; t++)
+        if (ids[t] < 0) {
+            if (!c->drawn_dev || ids[t] < HX_TOKEN_DRAWN(SAMPLE_ROWS - 1))
+                hx_cuda_die("embed", "a drawn token id without a draw to name", __FILE__,
+                            __LINE__);
+            a.drawn = c->drawn_dev;
+        }
     hx_cuda_record(c, "embed", run_embed, &a, sizeof a);
 }
 
@@ -972,7 +982,6 @@ static void cuda_softcap(hx_backend *be, float *x, float cap, int64_t n)
 
 /* ---- sampling ---- */
 
-#define SAMPLE_ROWS  64 /* rows one launch draws */
 _Static_assert(HX_CUDA_DRAW_TOP_K == HX_SAMPLE_TOP_K && HX_CUDA_DRAW_N_TOP == HX_SAMPLE_N_TOP,
                "the kernels draw what backend.h promises");
 #define EDITS_PAD    64 /* edits are staged in multiples of this (a stable step signature) */
@@ -1019,53 +1028,105 @@ static const hx_cuda_edit *stage_edits(cuda_impl *c, const hx_sample_row *rows, 
                  (size_t)*n_padded * sizeof *c->smp_edits);
 }
 
-/* The draws join the step's log (their settings, numbers and edits staged like any host array,
- * so a replayed step draws with the new ones) and the step runs at the read of the results. */
+/* Records the draws of rows[0..m) (m <= SAMPLE_ROWS) of logits: their settings, numbers and
+ * edits staged like any host array, so a replayed step draws with the new ones. Returns where
+ * the draws will be (device memory), or NULL when no row is drawn. */
+static hx_cuda_drawn *record_draws(cuda_impl *c, float *logits, int64_t m, int64_t n_vocab,
+                                   const hx_sample_row *rows)
+{
+    hx_cuda_draw d[SAMPLE_ROWS];
+    memset(d, 0, sizeof d);
+    bool any = false;
+    for (int64_t i = 0; i < m; i++) {
+        const hx_sample_row *r = &rows[i];
+        if (r->top_k <= 0) continue;
+        d[i] = (hx_cuda_draw){r->temperature, r->top_k, r->top_p, r->min_p, r->u, r->logprobs,
+                              r->n_top, r->repeat_penalty, r->presence_penalty,
+                              r->frequency_penalty, 0};
+        any = true;
+    }
+    if (!any) return NULL;
+    const size_t cand = hx_cuda_sample_scratch(SAMPLE_ROWS, n_vocab);
+    hx_err err = {0};
+    if (ensure_half(c, &c->smp_scratch, &c->smp_scratch_elems,
+                    (int64_t)(cand + sizeof(hx_cuda_drawn[SAMPLE_ROWS]) + 1) / 2,
+                    &err) != HX_OK)
+        hx_cuda_die("sampling scratch", err.msg, __FILE__, __LINE__);
+    sample_args a;
+    memset(&a, 0, sizeof a);
+    a.logits = logits;
+    a.draws = hx_cuda_stage(c, d, (size_t)m * sizeof *d, (size_t)m * sizeof *d);
+    a.edits = stage_edits(c, rows, m, &a.n_edits);
+    a.scratch = c->smp_scratch;
+    a.out = (hx_cuda_drawn *)((unsigned char *)c->smp_scratch + cand);
+    a.n = m;
+    a.n_vocab = n_vocab;
+    hx_cuda_record(c, "sample", run_sample, &a, sizeof a);
+    return a.out;
+}
+
+/* The drawn rows of got[0..m) as backend.h's results. */
+static void put_draws(const hx_cuda_drawn *got, const hx_sample_row *rows, int64_t m,
+                      hx_sample_out *out)
+{
+    for (int64_t i = 0; i < m; i++) {
+        if (rows && rows[i].top_k <= 0) continue;
+        out[i].token = got[i].token;
+        out[i].logprob = got[i].logprob;
+        memcpy(out[i].top_ids, got[i].top_ids, sizeof out[i].top_ids);
+        memcpy(out[i].top_logprobs, got[i].top_logprobs, sizeof out[i].top_logprobs);
+    }
+}
+
+/* The step runs at the read of the draws. */
 static void cuda_sample(hx_backend *be, float *logits, int64_t n, int64_t n_vocab,
                         const hx_sample_row *rows, hx_sample_out *out)
 {
     cuda_impl *c = hx_cuda_enter(be);
     for (int64_t i0 = 0; i0 < n; i0 += SAMPLE_ROWS) {
         const int64_t m = n - i0 < SAMPLE_ROWS ? n - i0 : SAMPLE_ROWS;
-        hx_cuda_draw d[SAMPLE_ROWS];
-        memset(d, 0, sizeof d);
-        bool any = false;
-        for (int64_t i = 0; i < m; i++) {
-            const hx_sample_row *r = &rows[i0 + i];
-            if (r->top_k <= 0) continue;
-            d[i] = (hx_cuda_draw){r->temperature, r->top_k, r->top_p, r->min_p, r->u, r->logprobs,
-                                  r->n_top, r->repeat_penalty, r->presence_penalty,
-                                  r->frequency_penalty, 0};
-            any = true;
-        }
-        if (!any) continue;
-        const size_t cand = hx_cuda_sample_scratch(SAMPLE_ROWS, n_vocab);
-        hx_err err = {0};
-        if (ensure_half(c, &c->smp_scratch, &c->smp_scratch_elems,
-                        (int64_t)(cand + sizeof(hx_cuda_drawn[SAMPLE_ROWS]) + 1) / 2,
-                        &err) != HX_OK)
-            hx_cuda_die("sampling scratch", err.msg, __FILE__, __LINE__);
-        sample_args a;
-        memset(&a, 0, sizeof a);
-        a.logits = logits + i0 * n_vocab;
-        a.draws = hx_cuda_stage(c, d, (size_t)m * sizeof *d, (size_t)m * sizeof *d);
-        a.edits = stage_edits(c, rows + i0, m, &a.n_edits);
-        a.scratch = c->smp_scratch;
-        a.out = (hx_cuda_drawn *)((unsigned char *)c->smp_scratch + cand);
-        a.n = m;
-        a.n_vocab = n_vocab;
-        hx_cuda_record(c, "sample", run_sample, &a, sizeof a);
+        const hx_cuda_drawn *dev = record_draws(c, logits + i0 * n_vocab, m, n_vocab, rows + i0);
+        if (!dev) continue;
         hx_cuda_drawn got[SAMPLE_ROWS];
-        cuda_read(be, got, a.out, (size_t)m * sizeof *got);
-        for (int64_t i = 0; i < m; i++) {
-            if (d[i].top_k <= 0) continue;
-            hx_sample_out *o = &out[i0 + i];
-            o->token = got[i].token;
-            o->logprob = got[i].logprob;
-            memcpy(o->top_ids, got[i].top_ids, sizeof o->top_ids);
-            memcpy(o->top_logprobs, got[i].top_logprobs, sizeof o->top_logprobs);
-        }
+        cuda_read(be, got, dev, (size_t)m * sizeof *got);
+        put_draws(got, rows + i0, m, out + i0);
     }
+}
+
+/* The step runs now, and its draws are copied back behind it (into the pinned half of this
+ * arena side) without a wait; the next step stages into the other side of the arena, since
+ * this one's staged arrays are copied only when its graph starts. */
+static void cuda_sample_start(hx_backend *be, float *logits, int64_t n, int64_t n_vocab,
+                              const hx_sample_row *rows, hx_sample_out *out)
+{
+    cuda_impl *c = hx_cuda_enter(be);
+    HX_ASSERT(n >= 1 && n <= SAMPLE_ROWS && c->n_ahead < 2);
+    const hx_cuda_drawn *dev = record_draws(c, logits, n, n_vocab, rows);
+    HX_ASSERT(dev); /* every row is drawn */
+    hx_cuda_flush(c);
+    const int side = c->arena_side;
+    hx_cuda_drawn *h = (hx_cuda_drawn *)c->ahead_h + side * SAMPLE_ROWS;
+    CK(cudaMemcpyAsync(h, dev, (size_t)n * sizeof *h, cudaMemcpyDeviceToHost, c->stream));
+    CK(cudaEventRecord(c->ahead_ev[side], c->stream));
+    c->ahead[c->n_ahead++] = (ahead_step){out, n, side};
+    c->drawn_dev = dev;
+    c->arena_side = 1 - side;
+    c->arena_h = c->arena_both + (size_t)c->arena_side * ARENA_BYTES;
+    c->arena_used = 0;
+    hx_cuda_forget_staged(c);
+    hx_cuda_op_done(c, "sample");
+}
+
+static void cuda_sample_finish(hx_backend *be)
+{
+    cuda_impl *c = hx_cuda_enter(be);
+    HX_ASSERT(c->n_ahead > 0);
+    const int side = c->ahead[0].side;
+    CK(cudaEventSynchronize(c->ahead_ev[side]));
+    put_draws((const hx_cuda_drawn *)c->ahead_h + side * SAMPLE_ROWS, NULL, c->ahead[0].n,
+              c->ahead[0].out);
+    c->ahead[0] = c->ahead[1];
+    c->n_ahead--;
 }
 
 /* ---- life cycle ---- */
@@ -1109,7 +1170,10 @@ static void cuda_destroy(hx_backend *be)
         cudaFree(c->smp_scratch);
         hx_free(c->smp_edits);
         cudaFree(c->arena_d);
-        cudaFreeHost(c->arena_h);
+        cudaFreeHost(c->arena_both);
+        cudaFreeHost(c->ahead_h);
+        for (int i = 0; i < 2; i++)
+            if (c->ahead_ev[i]) cudaEventDestroy(c->ahead_ev[i]);
         if (c->handle) c->blas->destroy(c->handle);
         if (c->stream) cudaStreamDestroy(c->stream);
         hx_free(c);
@@ -1183,9 +1247,15 @@ hx_status hx_cuda_backend_create(int device, hx_backend **out, hx_err *err)
     else if (c->step_prof && ((e = cudaEventCreate(&c->ev_a)) != cudaSuccess ||
                               (e = cudaEventCreate(&c->ev_b)) != cudaSuccess))
         st = cuda_err(err, HX_E_NOTFOUND, "starting the GPU", e);
-    else if ((e = cudaHostAlloc((void **)&c->arena_h, ARENA_BYTES, cudaHostAllocDefault)) !=
+    else if ((e = cudaHostAlloc((void **)&c->arena_both, 2 * ARENA_BYTES,
+                                cudaHostAllocDefault)) != cudaSuccess ||
+             (e = cudaMalloc((void **)&c->arena_d, ARENA_BYTES)) != cudaSuccess ||
+             (e = cudaHostAlloc(&c->ahead_h, 2 * SAMPLE_ROWS * sizeof(hx_cuda_drawn),
+                                cudaHostAllocDefault)) != cudaSuccess ||
+             (e = cudaEventCreateWithFlags(&c->ahead_ev[0], cudaEventDisableTiming)) !=
                  cudaSuccess ||
-             (e = cudaMalloc((void **)&c->arena_d, ARENA_BYTES)) != cudaSuccess)
+             (e = cudaEventCreateWithFlags(&c->ahead_ev[1], cudaEventDisableTiming)) !=
+                 cudaSuccess)
         st = cuda_err(err, HX_E_NOMEM, "staging memory", e);
     else if (!(c->blas = hx_blas_load(err)))
         st = HX_E_NOTFOUND;
@@ -1200,6 +1270,7 @@ hx_status hx_cuda_backend_create(int device, hx_backend **out, hx_err *err)
         cuda_destroy(be);
         return st;
     }
+    c->arena_h = c->arena_both;
     be->name = "cuda";
     be->reserve = cuda_reserve;
     be->alloc = cuda_alloc;
@@ -1225,6 +1296,12 @@ hx_status hx_cuda_backend_create(int device, hx_backend **out, hx_err *err)
     be->softcap = cuda_softcap;
     const char *smp = getenv("HEARTH_CUDA_SAMPLE"); /* =0: logits go to the host's sampler */
     if (!(smp && strcmp(smp, "0") == 0)) be->sample = cuda_sample;
+    /* =0: every step is waited for before the next is prepared (no host/device overlap) */
+    const char *ahead = getenv("HEARTH_CUDA_AHEAD");
+    if (be->sample && !(ahead && strcmp(ahead, "0") == 0)) {
+        be->sample_start = cuda_sample_start;
+        be->sample_finish = cuda_sample_finish;
+    }
     be->destroy = cuda_destroy;
     *out = be;
     return HX_OK;

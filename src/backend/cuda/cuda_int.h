@@ -67,12 +67,31 @@ typedef struct {
     hx_cuda_wmat  like[3];
 } moe_tables;
 
+/* A step sample_start started: where its n draws go, and the arena side it staged into. */
+typedef struct {
+    hx_sample_out *out;
+    int64_t        n;
+    int            side;
+} ahead_step;
+
 struct cuda_impl {
     int            device;
     cudaStream_t   stream;
     const hx_blas *blas;             /* cuBLAS, loaded at create */
     cublasHandle_t handle;
     unsigned char *arena_h, *arena_d; /* pinned host staging and its device twin */
+    /* Two pinned halves of ARENA_BYTES; arena_h is one of them. A step started ahead
+     * (sample_start) may not have copied its staged arrays yet when the next step is recorded,
+     * so the next one stages into the other half (op_log.c signs each half's graphs apart). */
+    unsigned char *arena_both;
+    int            arena_side;
+    /* The steps started by sample_start and not yet finished, oldest first: where their draws
+     * land (pinned, one half each) and the host array they go to. */
+    ahead_step     ahead[2];
+    int            n_ahead;
+    void          *ahead_h;           /* pinned: 2 x SAMPLE_ROWS hx_cuda_drawn */
+    cudaEvent_t    ahead_ev[2];       /* per half: its draws have arrived */
+    const void    *drawn_dev;         /* the draws the last sample_start made (device) */
     size_t         arena_used;
     staged         recent[RECENT];    /* by source address (stage_slot); src NULL: free */
     int            n_recent;

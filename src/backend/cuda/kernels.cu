@@ -50,15 +50,18 @@ __global__ void __launch_bounds__(DEQUANT_THREADS)
     }
 }
 
+// An id below 0 names a draw of the step before (backend.h HX_TOKEN_DRAWN): its token.
 template <int DT>
-__global__ void embed_kernel(hx_cuda_wmat w, const int32_t *ids, int64_t n_total, float *out)
+__global__ void embed_kernel(hx_cuda_wmat w, const int32_t *ids, const hx_cuda_drawn *drawn,
+                             int64_t n_total, float *out)
 {
     after_prior();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_total) return;
     const int64_t n_sub = w.n_in / 32, t = i / n_sub, j = i % n_sub;
+    const int32_t id = ids[t] >= 0 ? ids[t] : drawn[-1 - ids[t]].token;
     float v[32];
-    sub32<DT>(w, ids[t], j, v);
+    sub32<DT>(w, id, j, v);
     float4 *d = (float4 *)(out + t * w.n_in + j * 32);
 #pragma unroll
     for (int k = 0; k < 8; k++) d[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
@@ -325,11 +328,11 @@ template <int DT> struct DequantLaunch {
 };
 
 template <int DT> struct EmbedLaunch {
-    static void run(const hx_cuda_wmat *w, const int32_t *ids, int64_t n_tok, float *out,
-                    hx_cuda_stream s)
+    static void run(const hx_cuda_wmat *w, const int32_t *ids, const hx_cuda_drawn *drawn,
+                    int64_t n_tok, float *out, hx_cuda_stream s)
     {
         const int64_t n = n_tok * (w->n_in / 32);
-        launch(embed_kernel<DT>, blocks_for(n), THREADS, 0, s, *w, ids, n, out);
+        launch(embed_kernel<DT>, blocks_for(n), THREADS, 0, s, *w, ids, drawn, n, out);
     }
 };
 
@@ -362,10 +365,10 @@ void hx_cuda_dequant_rows(const hx_cuda_wmat *w, int64_t o0, int64_t o1, void *d
     by_dtype<DequantLaunch>(w->dtype, w, o0, o1, dst, bf16, s);
 }
 
-void hx_cuda_embed(const hx_cuda_wmat *w, const int32_t *ids, int64_t n_tok, float *out,
-                   hx_cuda_stream s)
+void hx_cuda_embed(const hx_cuda_wmat *w, const int32_t *ids, const hx_cuda_drawn *drawn,
+                   int64_t n_tok, float *out, hx_cuda_stream s)
 {
-    by_dtype<EmbedLaunch>(w->dtype, w, ids, n_tok, out, s);
+    by_dtype<EmbedLaunch>(w->dtype, w, ids, drawn, n_tok, out, s);
 }
 
 void hx_cuda_to_half(const float *x, int64_t n, void *dst, int bf16, hx_cuda_stream s)

@@ -74,9 +74,6 @@ void hx_cuda_to_half(const float *x, int64_t n, void *dst, int bf16, hx_cuda_str
 /* out[r][o] += bias[o] for n_rows rows of n_out. */
 void hx_cuda_add_bias(float *out, const float *bias, int64_t n_rows, int64_t n_out,
                       hx_cuda_stream s);
-/* out[t] = row ids[t] of the table w, as f32. */
-void hx_cuda_embed(const hx_cuda_wmat *w, const int32_t *ids, int64_t n_tok, float *out,
-                   hx_cuda_stream s);
 
 /* With xq (NULL: not), rmsnorm and glu also write their output rounded as hx_cuda_quantize_x
  * would (d, n a multiple of 32): the GEMV after them needs no rounding pass of its own. */
@@ -198,6 +195,10 @@ typedef struct {
     int32_t top_ids[HX_CUDA_DRAW_N_TOP];
     float   top_logprobs[HX_CUDA_DRAW_N_TOP];
 } hx_cuda_drawn;
+/* out[t] = row ids[t] of the table w, as f32; an id below 0 is backend.h's HX_TOKEN_DRAWN(i):
+ * the token drawn[i] (device memory; NULL when no id is below 0). */
+void hx_cuda_embed(const hx_cuda_wmat *w, const int32_t *ids, const hx_cuda_drawn *drawn,
+                   int64_t n_tok, float *out, hx_cuda_stream s);
 /* Bytes of device scratch hx_cuda_sample needs for n rows of n_vocab logits. */
 size_t hx_cuda_sample_scratch(int64_t n, int64_t n_vocab);
 /* Applies the n_edits edits to logits [n, n_vocab] in place, then out[i] = the draw of row i

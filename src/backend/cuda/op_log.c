@@ -71,7 +71,8 @@ static void run_log(cuda_impl *c)
  * memset before they are filled, so their padding is zero; their sizes are multiples of 8). */
 static uint64_t log_signature(const cuda_impl *c)
 {
-    uint64_t h = 1469598103934665603ull;
+    /* the arena's half: a graph copies its staged arrays from there */
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)c->arena_side;
     for (size_t i = 0; i < c->n_ops; i++) {
         uint64_t w = 0;
         memcpy(&w, &c->ops[i].fn, sizeof w < sizeof c->ops[i].fn ? sizeof w : sizeof c->ops[i].fn);
