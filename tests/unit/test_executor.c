@@ -925,7 +925,6 @@ static const check_case cases[] = {
     {"grammar_after_begins_the_grammar_after_the_trigger", test_grammar_after_begins_the_grammar_after_the_trigger},
     {"json_grammar_drawn_by_the_backend", test_json_grammar_drawn_by_the_backend},
     {"steps_started_ahead_equal_host_samples", test_steps_started_ahead_equal_host_samples},
-    {"generation_alone_started_ahead_equals_host_samples",
-     test_generation_alone_started_ahead_equals_host_samples},
+    {"generation_alone_started_ahead_equals_host_samples", test_generation_alone_started_ahead_equals_host_samples},
 };
 CHECK_MAIN(cases)
