@@ -243,14 +243,20 @@ struct att_row {
     int32_t h, kvh, first, last;
 };
 
-__device__ __forceinline__ att_row att_begin(const hx_cuda_kv &kv, const float *__restrict__ q,
-                                             int32_t n_head, float *qs)
+__device__ __forceinline__ att_row att_head(const hx_cuda_kv &kv, int32_t n_head)
 {
     att_row a;
     a.r = blockIdx.x;
     a.t = a.r / n_head;
     a.h = (int32_t)(a.r % n_head);
     a.kvh = a.h / (n_head / kv.n_kv_head);
+    return a;
+}
+
+__device__ __forceinline__ att_row att_begin(const hx_cuda_kv &kv, const float *__restrict__ q,
+                                             int32_t n_head, float *qs)
+{
+    const att_row a = att_head(kv, n_head);
     for (int i = threadIdx.x; i < kv.d_head; i += blockDim.x) qs[i] = q[a.r * kv.d_head + i];
     __syncthreads();
     return a;
@@ -412,6 +418,41 @@ constexpr int DEC_SPLITS = 16;
 constexpr int64_t DEC_COUNTERS = 4096;
 constexpr int DEC_V_BATCH = 16; // V rows a warp has in flight (divides 32)
 
+// The keys' rows of the cache a warp of decode_split_kernel will read, asked of L2 before the
+// wait for the kernel ahead: that kernel (the rope) writes only this step's position, and the
+// positions, block tables and the cache before them were there before it started (the tables
+// are staged when the step begins). Under programmatic dependent launch the rows then stream
+// in while the rope runs, and the loads after the wait find them in L2 instead of a round
+// trip to memory each (the K scores, then the V rows in two batches). The same chunks and
+// active-block count as the kernel's loop; only the first of the query heads that share a kv
+// head asks (the others read the same rows: with 4 heads a kv head, asking 4 times flooded L2
+// with requests at long contexts, and a 3,121-token decode was 3% slower than not asking).
+template <int KQ>
+__device__ __forceinline__ void decode_prefetch(const hx_cuda_kv &kv, int32_t layer,
+                                                const hx_cuda_rows &rows, int32_t n_head,
+                                                int32_t window)
+{
+    att_row ar = att_head(kv, n_head);
+    if (ar.h % (n_head / kv.n_kv_head) != 0) return; // one head of those sharing the kv head
+    att_keys(&ar, *rows.pos[ar.t], window);
+    const int32_t chunks = (ar.last - ar.first) / 32 + 1;
+    const int32_t active = min(DEC_SPLITS, (chunks + ATT_WARPS - 1) / ATT_WARPS);
+    if ((int32_t)blockIdx.y >= active) return;
+    const int32_t *blocks = rows.tab[ar.t], bt = kv.block_tokens;
+    const int32_t g = (int32_t)blockIdx.y * ATT_WARPS + (int32_t)threadIdx.x / 32;
+    for (int32_t p = ar.first + 32 * g + (threadIdx.x & 31); p <= ar.last;
+         p += 32 * ATT_WARPS * active) {
+        const int32_t blk = blocks[p / bt];
+        if constexpr (KQ == KV_F16) {
+            prefetch_l2(kv.k + kv_index(kv, blk, layer, ar.kvh, p % bt), 2 * kv.d_head);
+            prefetch_l2(kv.v + kv_index(kv, blk, layer, ar.kvh, p % bt), 2 * kv.d_head);
+        } else {
+            prefetch_l2(kvq_at(kv, kv.k, blk, layer, ar.kvh, p % bt).codes, kvq_row_bytes(kv));
+            prefetch_l2(kvq_at(kv, kv.v, blk, layer, ar.kvh, p % bt).codes, kvq_row_bytes(kv));
+        }
+    }
+}
+
 // NV: groups of 4 dimensions a lane takes of a V row (1 for heads of up to 128, else 2); KQ: the
 // cache's dtype (a quantized key's score is sum over groups of s * (q . codes) + m * sum(q)).
 template <int NV, int KQ>
@@ -420,8 +461,10 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
                         const float *__restrict__ q, int32_t n_head, float scale, int32_t window,
                         float softcap,
                         float *__restrict__ part_out, unsigned *__restrict__ count,
-                        float *__restrict__ out, int8_t *__restrict__ xq, float *__restrict__ xd)
+                        float *__restrict__ out, int8_t *__restrict__ xq, float *__restrict__ xd,
+                        int prefetch)
 {
+    if (prefetch) decode_prefetch<KQ>(kv, layer, rows, n_head, window);
     after_prior();
     static_assert(NV * 128 <= ATT_MAX_D, "a lane's V groups fit a head");
     __shared__ __align__(16) float qs[ATT_MAX_D];
@@ -990,8 +1033,10 @@ void hx_cuda_attention_rows(const hx_cuda_kv *kv, int32_t layer, const hx_cuda_r
                    : kv->dtype == KV_Q4 ? (wide ? decode_split_kernel<2, KV_Q4>
                                                 : decode_split_kernel<1, KV_Q4>)
                    : wide ? decode_split_kernel<2, KV_F16> : decode_split_kernel<1, KV_F16>;
+    static const char *env = getenv("HEARTH_CUDA_ATT_PREFETCH");
+    static const int prefetch = !(env && strcmp(env, "0") == 0);
     launch(kernel, grid, 32 * ATT_WARPS, 0, s, *kv, layer, *rows, q, n_head, scale, window,
-           softcap, scratch + DEC_COUNTERS, (unsigned *)scratch, out, xq, xd);
+           softcap, scratch + DEC_COUNTERS, (unsigned *)scratch, out, xq, xd, prefetch);
 }
 
 void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,
