@@ -418,28 +418,21 @@ constexpr int DEC_SPLITS = 16;
 constexpr int64_t DEC_COUNTERS = 4096;
 constexpr int DEC_V_BATCH = 16; // V rows a warp has in flight (divides 32)
 
-// The keys' rows of the cache a warp of decode_split_kernel will read, asked of L2 before the
-// wait for the kernel ahead: that kernel (the rope) writes only this step's position, and the
-// positions, block tables and the cache before them were there before it started (the tables
-// are staged when the step begins). Under programmatic dependent launch the rows then stream
-// in while the rope runs, and the loads after the wait find them in L2 instead of a round
-// trip to memory each (the K scores, then the V rows in two batches). The same chunks and
-// active-block count as the kernel's loop; only the first of the query heads that share a kv
-// head asks (the others read the same rows: with 4 heads a kv head, asking 4 times flooded L2
-// with requests at long contexts, and a 3,121-token decode was 3% slower than not asking).
+// The keys' rows of the cache warp g of a decode_split_kernel block will read, asked of L2
+// before the wait for the kernel ahead: that kernel (the rope) writes only this step's
+// position, and L2 keeps that line coherent. Under programmatic dependent launch the rows
+// then stream in while the rope runs, and the loads after the wait find them in L2 instead
+// of a round trip to memory each (the K scores, then the V rows in two batches). The same
+// chunks as the kernel's loop; only the first of the query heads that share a kv head asks
+// (the others read the same rows: with 4 heads a kv head, asking 4 times flooded L2 with
+// requests at long contexts, and a 3,121-token decode was 3% slower than not asking).
 template <int KQ>
 __device__ __forceinline__ void decode_prefetch(const hx_cuda_kv &kv, int32_t layer,
-                                                const hx_cuda_rows &rows, int32_t n_head,
-                                                int32_t window)
+                                                const att_row &ar, int32_t n_head,
+                                                const int32_t *blocks, int32_t active, int32_t g)
 {
-    att_row ar = att_head(kv, n_head);
-    if (ar.h % (n_head / kv.n_kv_head) != 0) return; // one head of those sharing the kv head
-    att_keys(&ar, *rows.pos[ar.t], window);
-    const int32_t chunks = (ar.last - ar.first) / 32 + 1;
-    const int32_t active = min(DEC_SPLITS, (chunks + ATT_WARPS - 1) / ATT_WARPS);
-    if ((int32_t)blockIdx.y >= active) return;
-    const int32_t *blocks = rows.tab[ar.t], bt = kv.block_tokens;
-    const int32_t g = (int32_t)blockIdx.y * ATT_WARPS + (int32_t)threadIdx.x / 32;
+    if (ar.h % (n_head / kv.n_kv_head) != 0) return;
+    const int32_t bt = kv.block_tokens;
     for (int32_t p = ar.first + 32 * g + (threadIdx.x & 31); p <= ar.last;
          p += 32 * ATT_WARPS * active) {
         const int32_t blk = blocks[p / bt];
@@ -464,8 +457,6 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
                         float *__restrict__ out, int8_t *__restrict__ xq, float *__restrict__ xd,
                         int prefetch)
 {
-    if (prefetch) decode_prefetch<KQ>(kv, layer, rows, n_head, window);
-    after_prior();
     static_assert(NV * 128 <= ATT_MAX_D, "a lane's V groups fit a head");
     __shared__ __align__(16) float qs[ATT_MAX_D];
     __shared__ float part[ATT_WARPS][ATT_MAX_D];
@@ -473,7 +464,26 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
     const int wid = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int32_t d = kv.d_head, bt = kv.block_tokens;
     __shared__ float qsum[ATT_MAX_D / 32]; // quantized K: q summed over each group
-    att_row ar = att_begin(kv, q, n_head, qs);
+    // Everything but q is in memory before the kernel ahead (the rope) starts: the positions
+    // and block tables, staged with the step, and the cache rows before this step's. So the
+    // row's keys, the block's share of them and the cache block of the warp's first key are
+    // found before the wait (with the rows asked of L2: decode_prefetch), and after it only q
+    // is a trip to memory away; the wait came first, those were three trips one after another.
+    att_row ar = att_head(kv, n_head);
+    att_keys(&ar, *rows.pos[ar.t], window);
+    const int32_t *__restrict__ blocks = rows.tab[ar.t]; // the row's sequence's block table
+    const int32_t kvh = ar.kvh, first = ar.first, last = ar.last;
+    // A short context takes fewer blocks: as many as give each warp a chunk, up to DEC_SPLITS
+    // (the same count in every block of the row: all read the same position).
+    const int32_t chunks = (last - first) / 32 + 1;
+    const int32_t active = min(DEC_SPLITS, (chunks + ATT_WARPS - 1) / ATT_WARPS);
+    if ((int32_t)blockIdx.y >= active) return; // (writes nothing: may end before the wait)
+    const int32_t g = (int32_t)blockIdx.y * ATT_WARPS + wid;
+    const int32_t blk0 = first + 32 * g + lane <= last ? blocks[(first + 32 * g + lane) / bt] : 0;
+    if (prefetch) decode_prefetch<KQ>(kv, layer, ar, n_head, blocks, active, g);
+    after_prior();
+    for (int i = threadIdx.x; i < d; i += blockDim.x) qs[i] = q[ar.r * d + i];
+    __syncthreads();
     if constexpr (KQ != KV_F16) {
         for (int g = threadIdx.x; g < d / 32; g += blockDim.x) {
             float t = 0.0f;
@@ -482,25 +492,16 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
         }
         __syncthreads();
     }
-    att_keys(&ar, *rows.pos[ar.t], window);
-    const int32_t *__restrict__ blocks = rows.tab[ar.t]; // the row's sequence's block table
-    const int32_t kvh = ar.kvh, first = ar.first, last = ar.last;
     float acc[NV][4];
 #pragma unroll
     for (int k = 0; k < NV; k++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[k][e] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    // A short context takes fewer blocks: as many as give each warp a chunk, up to DEC_SPLITS
-    // (the same count in every block of the row: all read the same position).
-    const int32_t chunks = (last - first) / 32 + 1;
-    const int32_t active = min(DEC_SPLITS, (chunks + ATT_WARPS - 1) / ATT_WARPS);
-    if ((int32_t)blockIdx.y >= active) return;
-    const int32_t g = (int32_t)blockIdx.y * ATT_WARPS + wid;
     for (int32_t c0 = first + 32 * g; c0 <= last; c0 += 32 * ATT_WARPS * active) {
         const int32_t p = c0 + lane;
         // Lane l's key's cache block; the V loop takes key jj's from lane jj.
-        const int32_t blk = p <= last ? blocks[p / bt] : 0;
+        const int32_t blk = c0 == first + 32 * g ? blk0 : p <= last ? blocks[p / bt] : 0;
         float s = -INFINITY;
         if (p <= last) {
             float dot = 0.0f;
