@@ -18,7 +18,8 @@
 
 #define ARENA_BYTES  ((size_t)8 << 20)  /* staged host arrays between two reads */
 #define RECENT       1024               /* slots of the staged arrays remembered (a power of 2) */
-#define MAX_GRAPHS   16                 /* captured steps kept (least recently used goes) */
+#define MAX_GRAPHS   32                 /* captured steps kept (least recently used goes); a step
+                                         * shape has one per arena half (sample_start) */
 #define SEEN         64                 /* signatures remembered until their second run */
 
 /* A device copy of a host tensor or array: a weight in its format, or floats (dtype F32). */
