@@ -530,10 +530,10 @@ hx_status hx_gen_end(hx_gen *g, hx_gen_stats *stats, hx_err *err)
 
 /* ---- a generation alone ---- */
 
-/* generate's step that runs ahead: while the step of draw slot `cur` is in flight, starts the
+/* hx_sequence_generate's step that runs ahead: while the step of draw slot `cur` is in flight, starts the
  * next one (draw slot 1 - cur) when g's row is certain; then reads the one in flight and feeds
  * its draw. Returns whether a step is still in flight (then in slot 1 - cur). */
-static bool step_ahead(hx_sequence *s, hx_gen *g, int32_t rows, hx_sample_row *draw,
+static bool generate_ahead(hx_sequence *s, hx_gen *g, int32_t rows, hx_sample_row *draw,
                        hx_sample_out *drawn, int cur, hx_status *st, hx_err *err)
 {
     const hx_gen_params *gp = g->gp;
@@ -579,7 +579,7 @@ hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
     int32_t in_flight = 0; /* rows of the step started ahead, not yet fed */
     while (!hx_gen_done(g) && st == HX_OK) {
         if (in_flight > 0) {
-            const bool more = step_ahead(s, g, in_flight, draw, drawn, cur, &st, err);
+            const bool more = generate_ahead(s, g, in_flight, draw, drawn, cur, &st, err);
             in_flight = more ? 1 : 0;
             cur = more ? 1 - cur : cur;
             continue;
