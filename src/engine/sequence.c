@@ -530,9 +530,9 @@ hx_status hx_gen_end(hx_gen *g, hx_gen_stats *stats, hx_err *err)
 
 /* ---- a generation alone ---- */
 
-/* hx_sequence_generate's step that runs ahead: while the step of draw slot `cur` is in flight, starts the
- * next one (draw slot 1 - cur) when g's row is certain; then reads the one in flight and feeds
- * its draw. Returns whether a step is still in flight (then in slot 1 - cur). */
+/* hx_sequence_generate's step that runs ahead: while the step of draw slot `cur` is in flight,
+ * starts the next one (draw slot 1 - cur) when g's row is certain; then reads the one in flight
+ * and feeds its draw. Returns whether a step is still in flight (then in slot 1 - cur). */
 static bool generate_ahead(hx_sequence *s, hx_gen *g, int32_t rows, hx_sample_row *draw,
                        hx_sample_out *drawn, int cur, hx_status *st, hx_err *err)
 {
