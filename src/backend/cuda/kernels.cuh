@@ -44,7 +44,8 @@ __device__ __forceinline__ void prefetch_l2(const void *p, int64_t bytes)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const char *c = (const char *)p;
-    for (int64_t off = 0; off < bytes; off += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
+    for (int64_t off = 0; off < bytes; off += 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
     if (bytes > 0 && ((uintptr_t)c & 127) + (bytes & 127) > 128) // a line more when p is mid-line
         asm volatile("prefetch.global.L2 [%0];" ::"l"(c + bytes - 1));
 #else
