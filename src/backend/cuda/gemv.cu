@@ -20,13 +20,10 @@ namespace {
 // ended, and nothing is asked.
 __device__ __forceinline__ void prefetch_span(const void *p, int64_t bytes)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const char *c = (const char *)p;
     for (int64_t off = (int64_t)threadIdx.x * 128; off < bytes; off += (int64_t)blockDim.x * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
-    if (threadIdx.x == 0 && bytes > 0) // the last line, when p was not at a line's start
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(c + bytes - 1));
-#endif
+        prefetch_line(c + off);
+    if (threadIdx.x == 0 && bytes > 0) prefetch_line(c + bytes - 1); // p not at a line's start
 }
 
 __device__ __forceinline__ void prefetch_rows(const hx_cuda_wmat &w, int64_t o0, int rows)

@@ -37,20 +37,23 @@ __device__ __forceinline__ void after_prior()
 #endif
 }
 
-// Asks L2 for the 128-byte lines of [p, p + bytes) (nothing before sm_90, where a kernel cannot
-// run before the one ahead of it ends: there is nothing to overlap). Each calling thread asks
-// for its own span.
-__device__ __forceinline__ void prefetch_l2(const void *p, int64_t bytes)
+// Asks L2 for the 128-byte line holding p (nothing before sm_90, where a kernel cannot run
+// before the one ahead of it ends: there is nothing to overlap).
+__device__ __forceinline__ void prefetch_line(const void *p)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const char *c = (const char *)p;
-    for (int64_t off = 0; off < bytes; off += 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
-    if (bytes > 0 && ((uintptr_t)c & 127) + (bytes & 127) > 128) // a line more when p is mid-line
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(c + bytes - 1));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 #else
-    (void)p, (void)bytes;
+    (void)p;
 #endif
+}
+
+// prefetch_line for every line of [p, p + bytes), all by the calling thread.
+__device__ __forceinline__ void prefetch_l2(const void *p, int64_t bytes)
+{
+    const uintptr_t end = (uintptr_t)p + (uintptr_t)bytes;
+    for (uintptr_t a = (uintptr_t)p & ~(uintptr_t)127; a < end; a += 128)
+        prefetch_line((const void *)a);
 }
 
 // Attribute A of the current device, asked once per device (-1 when it cannot be had).
