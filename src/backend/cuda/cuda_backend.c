@@ -1111,7 +1111,6 @@ static void cuda_sample_start(hx_backend *be, float *logits, int64_t n, int64_t 
     c->ahead[c->n_ahead++] = (ahead_step){out, n, side};
     c->drawn_dev = dev;
     c->arena_side = 1 - side;
-    c->arena_h = c->arena_both + (size_t)c->arena_side * ARENA_BYTES;
     c->arena_used = 0;
     hx_cuda_forget_staged(c);
     hx_cuda_op_done(c, "sample");
@@ -1170,7 +1169,7 @@ static void cuda_destroy(hx_backend *be)
         cudaFree(c->smp_scratch);
         hx_free(c->smp_edits);
         cudaFree(c->arena_d);
-        cudaFreeHost(c->arena_both);
+        cudaFreeHost(c->arena_h);
         cudaFreeHost(c->ahead_h);
         for (int i = 0; i < 2; i++)
             if (c->ahead_ev[i]) cudaEventDestroy(c->ahead_ev[i]);
@@ -1247,7 +1246,7 @@ hx_status hx_cuda_backend_create(int device, hx_backend **out, hx_err *err)
     else if (c->step_prof && ((e = cudaEventCreate(&c->ev_a)) != cudaSuccess ||
                               (e = cudaEventCreate(&c->ev_b)) != cudaSuccess))
         st = cuda_err(err, HX_E_NOTFOUND, "starting the GPU", e);
-    else if ((e = cudaHostAlloc((void **)&c->arena_both, 2 * ARENA_BYTES,
+    else if ((e = cudaHostAlloc((void **)&c->arena_h, 2 * ARENA_BYTES,
                                 cudaHostAllocDefault)) != cudaSuccess ||
              (e = cudaMalloc((void **)&c->arena_d, ARENA_BYTES)) != cudaSuccess ||
              (e = cudaHostAlloc(&c->ahead_h, 2 * SAMPLE_ROWS * sizeof(hx_cuda_drawn),
@@ -1270,7 +1269,6 @@ hx_status hx_cuda_backend_create(int device, hx_backend **out, hx_err *err)
         cuda_destroy(be);
         return st;
     }
-    c->arena_h = c->arena_both;
     be->name = "cuda";
     be->reserve = cuda_reserve;
     be->alloc = cuda_alloc;

@@ -80,11 +80,11 @@ struct cuda_impl {
     cudaStream_t   stream;
     const hx_blas *blas;             /* cuBLAS, loaded at create */
     cublasHandle_t handle;
-    unsigned char *arena_h, *arena_d; /* pinned host staging and its device twin */
-    /* Two pinned halves of ARENA_BYTES; arena_h is one of them. A step started ahead
-     * (sample_start) may not have copied its staged arrays yet when the next step is recorded,
-     * so the next one stages into the other half (op_log.c signs each half's graphs apart). */
-    unsigned char *arena_both;
+    /* Pinned host staging, two halves of ARENA_BYTES, and its device twin (one half's size).
+     * Steps stage into half arena_side: a step started ahead (sample_start) may not have copied
+     * its staged arrays yet when the next step is recorded, so that one stages into the other
+     * half (op_log.c signs each half's graphs apart). */
+    unsigned char *arena_h, *arena_d;
     int            arena_side;
     /* The steps started by sample_start and not yet finished, oldest first: where their draws
      * land (pinned, one half each) and the host array they go to. */

@@ -170,10 +170,16 @@ typedef struct {
     size_t off, bytes;
 } stage_args;
 
+/* The arena half steps stage into now. */
+static unsigned char *arena_half(const cuda_impl *c)
+{
+    return c->arena_h + (size_t)c->arena_side * ARENA_BYTES;
+}
+
 static void run_stage(cuda_impl *c, const void *p)
 {
     const stage_args *a = p;
-    CK(cudaMemcpyAsync(c->arena_d + a->off, c->arena_h + a->off, a->bytes,
+    CK(cudaMemcpyAsync(c->arena_d + a->off, arena_half(c) + a->off, a->bytes,
                        cudaMemcpyHostToDevice, c->stream));
 }
 
@@ -200,7 +206,7 @@ const void *hx_cuda_stage(cuda_impl *c, const void *src, size_t bytes, size_t pa
 {
     staged *e = stage_slot(c, src);
     if (e->src == src && e->bytes == bytes && e->padded == padded &&
-        memcmp(c->arena_h + e->off, src, bytes) == 0)
+        memcmp(arena_half(c) + e->off, src, bytes) == 0)
         return c->arena_d + e->off;
     HX_ASSERT(bytes <= padded && padded <= ARENA_BYTES);
     if (c->arena_used + padded > ARENA_BYTES) { /* staged bytes may still be unread: run them */
@@ -209,8 +215,8 @@ const void *hx_cuda_stage(cuda_impl *c, const void *src, size_t bytes, size_t pa
         hx_cuda_forget_staged(c);
     }
     const size_t off = c->arena_used;
-    memcpy(c->arena_h + off, src, bytes);
-    memset(c->arena_h + off + bytes, 0, padded - bytes);
+    memcpy(arena_half(c) + off, src, bytes);
+    memset(arena_half(c) + off + bytes, 0, padded - bytes);
     stage_args a;
     memset(&a, 0, sizeof a);
     a.off = off;
