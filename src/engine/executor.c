@@ -341,6 +341,22 @@ static int32_t batch_add(hx_executor *ex, slot *sl, int32_t n_rows, int32_t n_se
     return rows;
 }
 
+/* One forward step of batch b over the executor's pools. */
+static hx_status forward(hx_executor *ex, const hx_batch *b, hx_err *err)
+{
+    hx_kv_store *swa = ex->pool_swa ? &ex->pool_swa->store : NULL;
+    return hx_llm_forward(ex->m, &ex->pool->store, swa, b, ex->logits, err);
+}
+
+/* The step just started ahead, over n sequences whose draws are set `side`, is in flight; the
+ * next step prepares the other set. (flight.sl, order and rows are the caller's to fill.) */
+static void take_off(hx_executor *ex, int32_t n, int side)
+{
+    ex->flight.n_seqs = n;
+    ex->flight.side = side;
+    ex->side = 1 - side;
+}
+
 /* Whether slot sl still runs the job it ran in the step in flight as its k-th sequence. */
 static bool in_flight(const hx_executor *ex, int32_t k)
 {
@@ -436,8 +452,7 @@ static bool step_ahead(hx_executor *ex)
                             .logit_rows = ex->logit_rows, .n_logits = n,
                             .draws = ex->draws[ns], .drawn = ex->drawn[ns], .ahead = true};
         hx_err err = {0};
-        hx_kv_store *swa = ex->pool_swa ? &ex->pool_swa->store : NULL;
-        chained = hx_llm_forward(ex->m, &ex->pool->store, swa, &b, ex->logits, &err) == HX_OK;
+        chained = forward(ex, &b, &err) == HX_OK;
     }
     hx_llm_finish(ex->m);
     for (int32_t k = 0; k < n; k++)
@@ -446,9 +461,7 @@ static bool step_ahead(hx_executor *ex)
     ex->flight.n_seqs = 0;
     if (chained) {
         for (int32_t k = 0; k < n; k++) ex->flight.rows[k] = 1;
-        ex->flight.n_seqs = n;
-        ex->flight.side = ns;
-        ex->side = 1 - ns;
+        take_off(ex, n, ns);
     }
     finish_slots(ex);
     drain_if_unwanted(ex);
@@ -519,17 +532,14 @@ static void step(hx_executor *ex)
                         .seqs = ex->kvs, .seqs_swa = ex->kvs_swa, .n_seqs = n_seqs,
                         .logit_rows = ex->logit_rows, .n_logits = n_logits,
                         .draws = draw ? draws : NULL, .drawn = ex->drawn[side], .ahead = ahead};
-    hx_kv_store *swa = ex->pool_swa ? &ex->pool_swa->store : NULL;
-    const hx_status st = hx_llm_forward(ex->m, &ex->pool->store, swa, &b, ex->logits, &err);
+    const hx_status st = forward(ex, &b, &err);
     if (st == HX_OK && ahead) { /* in logit-row order: i_logit is the slot's index here */
         for (int32_t i = 0; i < n_seqs; i++) {
             ex->flight.sl[i] = in_batch[i];
             ex->flight.order[i] = in_batch[i]->order;
             ex->flight.rows[i] = in_batch[i]->rows;
         }
-        ex->flight.n_seqs = n_seqs;
-        ex->flight.side = side;
-        ex->side = 1 - side;
+        take_off(ex, n_seqs, side);
         finish_slots(ex); /* a job cancelled meanwhile ends now; its row is not fed */
         drain_if_unwanted(ex);
         return;

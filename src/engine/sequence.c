@@ -530,6 +530,13 @@ hx_status hx_gen_end(hx_gen *g, hx_gen_stats *stats, hx_err *err)
 
 /* ---- a generation alone ---- */
 
+/* One forward step of batch b over the sequence's own pools. */
+static hx_status sequence_forward(hx_sequence *s, const hx_batch *b, hx_err *err)
+{
+    hx_kv_store *swa = s->pool_swa ? &s->pool_swa->store : NULL;
+    return hx_llm_forward(s->m, &s->pool->store, swa, b, s->logits, err);
+}
+
 /* hx_sequence_generate's step that runs ahead: while the step of draw slot `cur` is in flight,
  * starts the next one (draw slot 1 - cur) when g's row is certain; then reads the one in flight
  * and feeds its draw. Returns whether a step is still in flight (then in slot 1 - cur). */
@@ -550,8 +557,7 @@ static bool generate_ahead(hx_sequence *s, hx_gen *g, int32_t rows, hx_sample_ro
                             .seqs = &kvs, .seqs_swa = &kvs_swa, .n_seqs = 1,
                             .logit_rows = s->rows, .n_logits = 1, .draws = &draw[nx],
                             .drawn = &drawn[nx], .ahead = true};
-        hx_kv_store *swa = s->pool_swa ? &s->pool_swa->store : NULL;
-        *st = hx_llm_forward(s->m, &s->pool->store, swa, &b, s->logits, err);
+        *st = sequence_forward(s, &b, err);
         next = *st == HX_OK;
     }
     hx_llm_finish(s->m);
@@ -605,8 +611,7 @@ hx_status hx_sequence_generate(hx_sequence *s, const int32_t *prompt, int32_t n,
                       .seqs = &kvs, .seqs_swa = &kvs_swa, .n_seqs = 1, .logit_rows = s->rows,
                       .n_logits = 1, .draws = on_device ? &draw[cur] : NULL,
                       .drawn = &drawn[cur], .ahead = ahead};
-        hx_kv_store *swa = s->pool_swa ? &s->pool_swa->store : NULL;
-        if ((st = hx_llm_forward(s->m, &s->pool->store, swa, &b, s->logits, err)) != HX_OK) break;
+        if ((st = sequence_forward(s, &b, err)) != HX_OK) break;
         if (ahead) in_flight = rows;
         else if (on_device && last) hx_gen_fed_drawn(g, rows, &drawn[cur], 0, s->logits);
         else hx_gen_fed(g, rows, last ? s->logits : NULL);
