@@ -496,6 +496,9 @@ static void set_draws(rig *r, bool draw, bool ahead)
     n_started = n_fed_ahead = n_misuse = n_drawn = 0;
 }
 
+static hx_completion *chat_completion(const rig *r, const char *text, int32_t max_tokens,
+                                      hx_grammar *g, const hx_grammar_vocab *v);
+
 /* A chat completion that ends by itself: at the end of its turn, at a stop string, or at
  * max_tokens, sampled with seed (0: greedy). */
 static hx_completion *ending_completion(const rig *r, int i, uint64_t seed)
@@ -507,16 +510,7 @@ static hx_completion *ending_completion(const rig *r, int i, uint64_t seed)
         "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n",
     };
     static const char *const stop[2] = {"five", " the "};
-    hx_completion *c = hx_completion_new();
-    hx_tok_ids ids = {0};
-    hx_err err = {0};
-    HX_ASSERT(c && hx_tokenizer_encode(r->m.tok, ask[i], strlen(ask[i]), HX_TOK_PARSE_SPECIAL,
-                                       &ids, &err) == HX_OK);
-    c->prompt = hx_arena_alloc(&c->arena, ids.n * sizeof(int32_t), 0);
-    memcpy(c->prompt, ids.ids, ids.n * sizeof(int32_t));
-    c->n_prompt = (int32_t)ids.n;
-    hx_tok_ids_free(&ids);
-    c->gp.max_tokens = i == 3 ? 9 : 80;
+    hx_completion *c = chat_completion(r, ask[i], i == 3 ? 9 : 80, NULL, NULL);
     c->gp.sampling.temperature = seed ? 0.8f : 0.0f;
     c->gp.sampling.seed = seed + (uint64_t)i;
     c->logprobs = i == 2;
