@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes a random-weight GGUF in the shape of a real model, for speed benchmarks only.
 
-usage: gen_shaped_gguf.py OUT.gguf [--shape llama-3.2-1b] [--type q4_0|q8_0|q4_k|q4_k_m]
+usage: gen_shaped_gguf.py OUT.gguf [--shape llama-3.2-1b] [--type q4_0|q4_1|q8_0|q4_k|q4_k_m]
                           [--layers N] [--tokenizer-from GGUF|bytes]
 
 The weights are random blocks of the type written directly as bytes (no float matrix is ever
@@ -11,7 +11,7 @@ type (64 MiB, made once), each tensor streamed from it starting at a random bloc
 file costs what the disk costs (an 8B model in seconds). Every block gets a small positive scale
 so values stay finite. The file is written as OUT.part and renamed when complete.
 
-Types: q4_0 and q8_0 use that type for every matrix. q4_k is every matmul weight Q4_K, with the
+Types: q4_0, q4_1 and q8_0 use that type for every matrix. q4_k is every matmul weight Q4_K, with the
 output projection Q6_K as llama.cpp's K-quant files have it (token_embd too when it is the tied
 output; an untied token_embd stays Q4_K). q4_k_m mixes formats the way llama.cpp's Q4_K_M files
 do: Q6_K for the embedding/output and for attn_v and ffn_down of every other layer, Q4_K for the
@@ -59,13 +59,14 @@ STARTER = os.path.join(os.environ.get("HEARTH_HOME", os.path.expanduser("~/.cach
                        "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 # ggml type ids
-F32, Q4_0, Q8_0, Q4_K, Q6_K = 0, 2, 8, 12, 14
+F32, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K = 0, 2, 3, 8, 12, 14
 # type: (elements per block, bytes per block, byte offsets of the f16 scales, their value); the
 # K-quants' super-block scales multiply 6-bit (Q4_K) or 8-bit (Q6_K) sub-block scales
-BLOCK = {Q4_0: (32, 18, [0], 0.02), Q8_0: (32, 34, [0], 0.02),
+BLOCK = {Q4_0: (32, 18, [0], 0.02), Q4_1: (32, 20, [0, 2], 0.02), Q8_0: (32, 34, [0], 0.02),
          Q4_K: (256, 144, [0, 2], 0.0005), Q6_K: (256, 210, [208], 0.0005)}
 # --type: (matmul type, output type, llama.cpp file type)
-TYPES = {"q4_0": (Q4_0, Q4_0, 2), "q8_0": (Q8_0, Q8_0, 7), "q4_k": (Q4_K, Q6_K, 14),
+TYPES = {"q4_0": (Q4_0, Q4_0, 2), "q4_1": (Q4_1, Q4_1, 3), "q8_0": (Q8_0, Q8_0, 7),
+         "q4_k": (Q4_K, Q6_K, 14),
          "q4_k_m": (Q4_K, Q6_K, 15)}
 POOL_BYTES = 64 << 20
 
