@@ -488,8 +488,23 @@ __device__ __forceinline__ void wide_x(const int8_t *xq, const float *xd, int64_
 // block takes units t, t + 128, ... of the rows' length (one pass for a 4,096-wide row of
 // 32-value units), loads the unit's activations once for all batch rows and then, for each of
 // the block's GEMV_ROWS output rows, its codes, with 16 bytes of codes per load.
+// Blocks an SM is to keep of the one-row wide GEMV, which sets the registers a thread may have
+// (0: no bound). At one row a block's life is short (one trip to memory for its weights, then
+// the sums meet), so the GEMV is bound by how many such trips overlap: by how many blocks an
+// SM holds. Left to itself the compiler gave Q4_1 77 registers, Q8_0 72 and MLX 4-bit 70 (7
+// blocks of 128 threads an SM), Q4_0 64 (8); a version of Q4_0 at 72, with more code after
+// the sums, made an 8B decode 17% slower. Asked for 8 blocks, each fits in 64 (MLX spilling
+// 12 bytes): an 8B MLX 4-bit decode went from 351 to 380 tok/s on an H100. Q4_K (115
+// registers, 4 blocks) asked for 6 fit in 80 and was 1% slower: left alone, as are the routed
+// experts' GEMV (blocks finding their weights through a table), which would spill.
+template <int DT, int R, bool ROUTED>
+constexpr int wide_blocks()
+{
+    return R != 1 || ROUTED || DT == HX_DT_Q4_K ? 0 : 8;
+}
+
 template <int DT, int R, bool ROUTED = false>
-__global__ void __launch_bounds__(32 * GEMV_WARPS)
+__global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()))
     gemv_wide_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,
                      const float *__restrict__ xd, int n_rows)
 {
