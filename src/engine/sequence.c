@@ -541,7 +541,7 @@ static hx_status sequence_forward(hx_sequence *s, const hx_batch *b, hx_err *err
  * starts the next one (draw slot 1 - cur) when g's row is certain; then reads the one in flight
  * and feeds its draw. Returns whether a step is still in flight (then in slot 1 - cur). */
 static bool generate_ahead(hx_sequence *s, hx_gen *g, int32_t rows, hx_sample_row *draw,
-                       hx_sample_out *drawn, int cur, hx_status *st, hx_err *err)
+                           hx_sample_out *drawn, int cur, hx_status *st, hx_err *err)
 {
     const hx_gen_params *gp = g->gp;
     const int nx = 1 - cur;

@@ -1034,8 +1034,7 @@ void hx_cuda_attention_rows(const hx_cuda_kv *kv, int32_t layer, const hx_cuda_r
                    : kv->dtype == KV_Q4 ? (wide ? decode_split_kernel<2, KV_Q4>
                                                 : decode_split_kernel<1, KV_Q4>)
                    : wide ? decode_split_kernel<2, KV_F16> : decode_split_kernel<1, KV_F16>;
-    static const char *env = getenv("HEARTH_CUDA_ATT_PREFETCH");
-    static const int prefetch = !(env && strcmp(env, "0") == 0);
+    static const int prefetch = !hx_cuda_switched_off("HEARTH_CUDA_ATT_PREFETCH");
     launch(kernel, grid, 32 * ATT_WARPS, 0, s, *kv, layer, *rows, q, n_head, scale, window,
            softcap, scratch + DEC_COUNTERS, (unsigned *)scratch, out, xq, xd, prefetch);
 }

@@ -825,8 +825,7 @@ static size_t moe_layout(moe_args *a, unsigned char *base)
 static bool moe_routed(cuda_impl *c, const hx_moe *m, const float *router, const float *x,
                        int64_t n_tok, int64_t d, float *out)
 {
-    const char *off = getenv("HEARTH_CUDA_MOE_DEVICE");
-    if ((off && strcmp(off, "0") == 0) || n_tok > HX_CUDA_GEMV_ROWS || m->sh_gate ||
+    if (hx_cuda_switched_off("HEARTH_CUDA_MOE_DEVICE") || n_tok > HX_CUDA_GEMV_ROWS || m->sh_gate ||
         m->n_used > 32 || m->n_expert > HX_CUDA_MOE_EXPERTS || d % 32 || m->d_ff % 32)
         return false;
     const moe_tables *t = hx_cuda_moe_tables(c, m);
@@ -1237,8 +1236,7 @@ hx_status hx_cuda_backend_create(int device, hx_backend **out, hx_err *err)
     const char *prof = getenv("HEARTH_CUDA_PROFILE");
     c->step_prof = prof && strcmp(prof, "steps") == 0;
     c->profile = prof && *prof && strcmp(prof, "0") != 0 && !c->step_prof;
-    const char *graphs = getenv("HEARTH_CUDA_GRAPHS");
-    c->use_graphs = !(graphs && strcmp(graphs, "0") == 0);
+    c->use_graphs = !hx_cuda_switched_off("HEARTH_CUDA_GRAPHS");
     hx_status st = HX_OK;
     if ((e = cudaSetDevice(device)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess)
@@ -1292,11 +1290,10 @@ hx_status hx_cuda_backend_create(int device, hx_backend **out, hx_err *err)
     be->add = cuda_add;
     be->scale = cuda_scale;
     be->softcap = cuda_softcap;
-    const char *smp = getenv("HEARTH_CUDA_SAMPLE"); /* =0: logits go to the host's sampler */
-    if (!(smp && strcmp(smp, "0") == 0)) be->sample = cuda_sample;
-    /* =0: every step is waited for before the next is prepared (no host/device overlap) */
-    const char *ahead = getenv("HEARTH_CUDA_AHEAD");
-    if (be->sample && !(ahead && strcmp(ahead, "0") == 0)) {
+    /* HEARTH_CUDA_SAMPLE=0: logits go to the host's sampler; HEARTH_CUDA_AHEAD=0: every step is
+     * waited for before the next is prepared (no host/device overlap) */
+    if (!hx_cuda_switched_off("HEARTH_CUDA_SAMPLE")) be->sample = cuda_sample;
+    if (be->sample && !hx_cuda_switched_off("HEARTH_CUDA_AHEAD")) {
         be->sample_start = cuda_sample_start;
         be->sample_finish = cuda_sample_finish;
     }

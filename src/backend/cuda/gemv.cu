@@ -484,10 +484,6 @@ __device__ __forceinline__ void wide_x(const int8_t *xq, const float *xd, int64_
     }
 }
 
-// The GEMV over the wide formats with x as 16-bit integers (hx_cuda_quantize_x): thread t of the
-// block takes units t, t + 128, ... of the rows' length (one pass for a 4,096-wide row of
-// 32-value units), loads the unit's activations once for all batch rows and then, for each of
-// the block's GEMV_ROWS output rows, its codes, with 16 bytes of codes per load.
 // Blocks an SM is to keep of the one-row wide GEMV, which sets the registers a thread may have
 // (0: no bound). At one row a block's life is short (one trip to memory for its weights, then
 // the sums meet), so the GEMV is bound by how many such trips overlap: by how many blocks an
@@ -503,6 +499,10 @@ constexpr int wide_blocks()
     return R != 1 || ROUTED || DT == HX_DT_Q4_K ? 0 : 8;
 }
 
+// The GEMV over the wide formats with x as 16-bit integers (hx_cuda_quantize_x): thread t of the
+// block takes units t, t + 128, ... of the rows' length (one pass for a 4,096-wide row of
+// 32-value units), loads the unit's activations once for all batch rows and then, for each of
+// the block's GEMV_ROWS output rows, its codes, with 16 bytes of codes per load.
 template <int DT, int R, bool ROUTED = false>
 __global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()))
     gemv_wide_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,

@@ -365,6 +365,12 @@ void hx_cuda_dequant_rows(const hx_cuda_wmat *w, int64_t o0, int64_t o1, void *d
     by_dtype<DequantLaunch>(w->dtype, w, o0, o1, dst, bf16, s);
 }
 
+int hx_cuda_switched_off(const char *name)
+{
+    const char *v = getenv(name);
+    return v && strcmp(v, "0") == 0;
+}
+
 void hx_cuda_embed(const hx_cuda_wmat *w, const int32_t *ids, const hx_cuda_drawn *drawn,
                    int64_t n_tok, float *out, hx_cuda_stream s)
 {

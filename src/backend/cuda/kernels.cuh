@@ -74,8 +74,7 @@ inline int device_major()
 
 inline bool dependent_launch()
 {
-    static const char *env = getenv("HEARTH_CUDA_PDL");
-    static const bool off = env && strcmp(env, "0") == 0;
+    static const bool off = hx_cuda_switched_off("HEARTH_CUDA_PDL");
     return !off && device_major() >= 9;
 }
 

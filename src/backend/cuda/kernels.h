@@ -25,6 +25,10 @@ extern "C" {
 
 typedef struct CUstream_st *hx_cuda_stream;
 
+/* Whether the environment turns switch `name` off (set to "0"): the backend's HEARTH_CUDA_*
+ * switches, each on unless so set. */
+int hx_cuda_switched_off(const char *name);
+
 #define HX_CUDA_Q6_K_BYTES 224 /* a Q6_K super-block on the device */
 
 typedef struct {

@@ -62,9 +62,8 @@ static uint16_t bf16_as_f16(uint16_t h) /* h: bf16_fits_f16, so exact */
  * HEARTH_CUDA_MLX_Q4_1=0 keeps MLX's own kernels (to compare). */
 static bool mlx4_as_q4_1(const hx_tensor *t)
 {
-    const char *env = getenv("HEARTH_CUDA_MLX_Q4_1");
     if (t->dtype != HX_DT_MLX4 || t->group_size % 32 != 0 || t->sb_dtype == HX_DT_F32 ||
-        (env && strcmp(env, "0") == 0))
+        hx_cuda_switched_off("HEARTH_CUDA_MLX_Q4_1"))
         return false;
     if (t->sb_dtype == HX_DT_F16) return true;
     const int64_t n = hx_tensor_n_rows(t) * (t->shape[t->n_dims - 1] / t->group_size);
@@ -402,8 +401,7 @@ static void cuda_weight_release(hx_backend *be, const hx_tensor *w)
 static int64_t cuda_keep_dequantized(hx_backend *be, int64_t bytes)
 {
     cuda_impl *c = hx_cuda_enter(be);
-    const char *off = getenv("HEARTH_CUDA_F16_WEIGHTS");
-    if ((off && strcmp(off, "0") == 0) || bytes <= 0 || c->max_tok <= HX_CUDA_GEMV_ROWS)
+    if (hx_cuda_switched_off("HEARTH_CUDA_F16_WEIGHTS") || bytes <= 0 || c->max_tok <= HX_CUDA_GEMV_ROWS)
         return 0; /* (no step of so few rows reaches a GEMM) */
     hx_cuda_drop_graphs(
         c); /* those so far dequantize before their GEMMs: the next steps capture anew */
