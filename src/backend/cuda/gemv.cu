@@ -335,22 +335,19 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
     gemv_store<R>(acc, o0, n_rows, job);
 }
 
-// The formats whose GEMV reads wide: a thread takes a unit of UNIT values of a row whose codes
+// The formats whose GEMV reads wide: a thread takes a unit of 32 values of a row whose codes
 // are one or two aligned 16-byte loads. Q4_0, Q4_1 and Q8_0 (uploaded with their codes apart
-// from their scales, kernels.h): a 32-value block. MLX 4-bit: 32 values of a group. Q4_K: the
-// 64 values of two sub-blocks sharing 32 bytes of codes (low nibbles, then high) in a 144-byte
-// super-block.
+// from their scales, kernels.h): a block. MLX 4-bit: 32 values of a group. Q4_K: a sub-block,
+// whose codes are the low or the high nibbles of 32 bytes that it shares with its neighbour
+// (the two threads load the same 32 bytes, in one request of their warp), with the 16 bytes
+// opening its 144-byte super-block (scales and minimums). Q6_K: a quarter of a half
+// super-block, its low 4 bits the low or high nibbles of 32 bytes and its high 2 bits a pair of
+// bits of 32 more (shared with the half's other quarters), with two 16-value scales.
 template <int DT>
 constexpr bool gemv_wide()
 {
     return DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1 || DT == HX_DT_Q8_0 || DT == HX_DT_MLX4 ||
-           DT == HX_DT_Q4_K;
-}
-
-template <int DT>
-constexpr int wide_unit()
-{
-    return DT == HX_DT_Q4_K ? 64 : 32;
+           DT == HX_DT_Q4_K || DT == HX_DT_Q6_K;
 }
 
 // sum_k c[k] . x[k] over N words of 4 codes, with x as the GEMV reads it (kernels.h): 256 times
@@ -367,50 +364,61 @@ __device__ __forceinline__ int x_dot_words(const uint32_t *c, const int *xh, con
     return v;
 }
 
-// sum over unit u of row o of (d q + m) x, with x given as words xw of 4 values each in order
-// (xw[0] the high bytes, xw[1] the low ones), their sums xs and scales dx per 32 values: integer
-// dot products (dp4a) per 32 values, then one multiply-add. MLX's nibbles are in a word's order
-// (value e in bits 4e), so its x words come in even/odd order (words 0..3 the even values of
-// each 8, 4..7 the odd ones).
+// Unit u of an activation row as wide_dot takes it: its 32 values as words of 4 (w[0] their
+// high bytes, w[1] their low ones; kernels.h), their sum s and their scale d.
+struct wide_xu {
+    int   w[2][8];
+    int   s;
+    float d;
+};
+
+// sum over unit u of row o of (d q + m) x: integer dot products (dp4a), then one multiply-add.
+// MLX's nibbles are in a word's order (value e in bits 4e), so its x words come in even/odd
+// order (words 0..3 the even values of each 8, 4..7 the odd ones).
 template <int DT>
 __device__ __forceinline__ float wide_dot(const hx_cuda_wmat &w, int64_t o, int64_t u,
-                                          const int (&xw)[2][wide_unit<DT>() / 4],
-                                          const int (&xs)[wide_unit<DT>() / 32],
-                                          const float (&dx)[wide_unit<DT>() / 32])
+                                          const wide_xu &x)
 {
     constexpr uint32_t LO4 = 0x0F0F0F0Fu;
     const uint8_t *row = (const uint8_t *)w.q + o * w.row_bytes;
     if constexpr (DT == HX_DT_Q4_K) {
-        const uint8_t *p = row + (u >> 2) * 144;
-        const int i = (int)(u & 3);
-        const uint4 a = __ldg((const uint4 *)(p + 16 + 32 * i)),
-                    b = __ldg((const uint4 *)(p + 32 + 32 * i));
-        const uint32_t c[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        const uint32_t dd = __ldg((const uint32_t *)p);
-        const uint32_t s0 = __ldg((const uint32_t *)(p + 4)),
-                       s1 = __ldg((const uint32_t *)(p + 8)),
-                       s2 = __ldg((const uint32_t *)(p + 12));
-        uint8_t sc[12];
+        const uint8_t *p = row + (u >> 3) * 144;
+        const int sb = (int)(u & 7), sh = 8 * (sb & 3);
+        const uint4 h = __ldg((const uint4 *)p); // d, dmin, then the 12 bytes of scales
+        const uint4 a = __ldg((const uint4 *)(p + 16 + 32 * (sb >> 1))),
+                    b = __ldg((const uint4 *)(p + 32 + 32 * (sb >> 1)));
+        const int nib = 4 * (sb & 1);
+        const uint32_t c[8] = {(a.x >> nib) & LO4, (a.y >> nib) & LO4, (a.z >> nib) & LO4,
+                               (a.w >> nib) & LO4, (b.x >> nib) & LO4, (b.y >> nib) & LO4,
+                               (b.z >> nib) & LO4, (b.w >> nib) & LO4};
+        // k_scale_min of sub-block sb, from the words rather than an indexed byte array
+        const uint32_t s0 = h.y >> sh, s1 = h.z >> sh, s2 = h.w >> sh;
+        const int sc = sb < 4 ? (int)(s0 & 63) : (int)((s2 & 15) | ((s0 >> 2) & 48));
+        const int mn = sb < 4 ? (int)(s1 & 63) : (int)(((s2 >> 4) & 15) | ((s1 >> 2) & 48));
+        const float d = h2f((uint16_t)h.x), dmin = h2f((uint16_t)(h.x >> 16));
+        return x.d * (d * (float)sc * (float)x_dot_words<8>(c, x.w[0], x.w[1]) -
+                      dmin * (float)(mn * x.s));
+    } else if constexpr (DT == HX_DT_Q6_K) {
+        const uint8_t *p = row + (u >> 3) * HX_CUDA_Q6_K_BYTES; // 16-byte aligned
+        const int sb = (int)(u & 7), half = sb >> 2, t = sb & 3;
+        const uint4 l0 = __ldg((const uint4 *)(p + 64 * half + 32 * (t & 1))),
+                    l1 = __ldg((const uint4 *)(p + 64 * half + 32 * (t & 1) + 16));
+        const uint4 h0 = __ldg((const uint4 *)(p + 128 + 32 * half)),
+                    h1 = __ldg((const uint4 *)(p + 144 + 32 * half));
+        const uint32_t lw[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w},
+                       hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        const int ls = 4 * (t >> 1), hs = 2 * t;
+        uint32_t c[8];
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            sc[k] = (uint8_t)(s0 >> (8 * k));
-            sc[4 + k] = (uint8_t)(s1 >> (8 * k));
-            sc[8 + k] = (uint8_t)(s2 >> (8 * k));
-        }
-        uint32_t lo4[8], hi4[8];
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            lo4[k] = c[k] & LO4;
-            hi4[k] = (c[k] >> 4) & LO4;
-        }
-        const int lo = x_dot_words<8>(lo4, xw[0], xw[1]);
-        const int hi = x_dot_words<8>(hi4, xw[0] + 8, xw[1] + 8);
-        int sc0, mn0, sc1, mn1;
-        k_scale_min(sc, 2 * i, &sc0, &mn0);
-        k_scale_min(sc, 2 * i + 1, &sc1, &mn1);
-        const float d = h2f((uint16_t)dd), dmin = h2f((uint16_t)(dd >> 16));
-        return dx[0] * (d * (float)sc0 * (float)lo - dmin * (float)(mn0 * xs[0])) +
-               dx[1] * (d * (float)sc1 * (float)hi - dmin * (float)(mn1 * xs[1]));
+        for (int k = 0; k < 8; k++)
+            c[k] = ((lw[k] >> ls) & LO4) | (((hw[k] >> hs) & 0x03030303u) << 4);
+        const uint16_t sc2 = __ldg((const uint16_t *)(p + 192 + 8 * half + 2 * t));
+        const float d = h2f(__ldg((const uint16_t *)(p + 208)));
+        const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
+        const int s0 = x_dot_words<4>(ones, x.w[0], x.w[1]); // x's sum over values 0..15
+        const int a = x_dot_words<4>(c, x.w[0], x.w[1]) - 32 * s0,
+                  b = x_dot_words<4>(c + 4, x.w[0] + 4, x.w[1] + 4) - 32 * (x.s - s0);
+        return x.d * d * ((float)(int8_t)sc2 * (float)a + (float)(int8_t)(sc2 >> 8) * (float)b);
     } else {
         uint32_t c[8];
         float d, m;
@@ -442,46 +450,41 @@ __device__ __forceinline__ float wide_dot(const hx_cuda_wmat &w, int64_t o, int6
             }
             b32_scale<DT>(w, o, u, &d, &m);
         }
-        return dx[0] * (d * (float)x_dot_words<8>(c, xw[0], xw[1]) + m * (float)xs[0]);
+        return x.d * (d * (float)x_dot_words<8>(c, x.w[0], x.w[1]) + m * (float)x.s);
     }
 }
 
-// Unit u of an activation row as wide_dot takes it: its words xw (high bytes, then low ones, n
-// bytes apart in xq), their sums xs and the scales dx of its 32-value pieces.
+// Unit u of an activation row (high bytes, then low ones, n bytes apart in xq) as wide_dot
+// takes it.
 template <int DT>
-__device__ __forceinline__ void wide_x(const int8_t *xq, const float *xd, int64_t n, int64_t u,
-                                       int (&xw)[2][wide_unit<DT>() / 4],
-                                       int (&xs)[wide_unit<DT>() / 32],
-                                       float (&dx)[wide_unit<DT>() / 32])
+__device__ __forceinline__ wide_xu wide_x(const int8_t *xq, const float *xd, int64_t n, int64_t u)
 {
-    constexpr int U = wide_unit<DT>(), NW = U / 4, NB = U / 32;
+    wide_xu x;
 #pragma unroll
     for (int t = 0; t < 2; t++) {
-        const uint4 *p = (const uint4 *)(xq + t * n + u * U);
+        const uint4 *p = (const uint4 *)(xq + t * n + u * 32);
 #pragma unroll
-        for (int k = 0; k < NW / 4; k++) {
+        for (int k = 0; k < 2; k++) {
             const uint4 a = __ldg(p + k);
-            xw[t][4 * k] = (int)a.x, xw[t][4 * k + 1] = (int)a.y;
-            xw[t][4 * k + 2] = (int)a.z, xw[t][4 * k + 3] = (int)a.w;
+            x.w[t][4 * k] = (int)a.x, x.w[t][4 * k + 1] = (int)a.y;
+            x.w[t][4 * k + 2] = (int)a.z, x.w[t][4 * k + 3] = (int)a.w;
         }
         if constexpr (DT == HX_DT_MLX4) { // to even/odd order (see wide_dot)
             int e[8];
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                e[k] = (int)__byte_perm(xw[t][2 * k], xw[t][2 * k + 1], 0x6420);
-                e[4 + k] = (int)__byte_perm(xw[t][2 * k], xw[t][2 * k + 1], 0x7531);
+                e[k] = (int)__byte_perm(x.w[t][2 * k], x.w[t][2 * k + 1], 0x6420);
+                e[4 + k] = (int)__byte_perm(x.w[t][2 * k], x.w[t][2 * k + 1], 0x7531);
             }
 #pragma unroll
-            for (int k = 0; k < 8; k++) xw[t][k] = e[k];
+            for (int k = 0; k < 8; k++) x.w[t][k] = e[k];
         }
     }
-#pragma unroll
-    for (int b = 0; b < NB; b++) {
-        dx[b] = __ldg(xd + u * NB + b);
-        const uint32_t ones[8] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u,
-                                  0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
-        xs[b] = x_dot_words<8>(ones, xw[0] + 8 * b, xw[1] + 8 * b);
-    }
+    x.d = __ldg(xd + u);
+    const uint32_t ones[8] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u,
+                              0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
+    x.s = x_dot_words<8>(ones, x.w[0], x.w[1]);
+    return x;
 }
 
 // Blocks an SM is to keep of the one-row wide GEMV, which sets the registers a thread may have
@@ -490,13 +493,14 @@ __device__ __forceinline__ void wide_x(const int8_t *xq, const float *xd, int64_
 // SM holds. Left to itself the compiler gave Q4_1 77 registers, Q8_0 72 and MLX 4-bit 70 (7
 // blocks of 128 threads an SM), Q4_0 64 (8); a version of Q4_0 at 72, with more code after
 // the sums, made an 8B decode 17% slower. Asked for 8 blocks, each fits in 64 (MLX spilling
-// 12 bytes): an 8B MLX 4-bit decode went from 351 to 380 tok/s on an H100. Q4_K (115
-// registers, 4 blocks) asked for 6 fit in 80 and was 1% slower: left alone, as are the routed
-// experts' GEMV (blocks finding their weights through a table), which would spill.
+// 12 bytes): an 8B MLX 4-bit decode went from 351 to 380 tok/s on an H100. Q4_K fits in 64
+// too since its unit is a 32-value sub-block (it was two at once, in 115 registers). The
+// routed experts' GEMV (blocks finding their weights through a table) is left alone: it would
+// spill.
 template <int DT, int R, bool ROUTED>
 constexpr int wide_blocks()
 {
-    return R != 1 || ROUTED || DT == HX_DT_Q4_K ? 0 : 8;
+    return R != 1 || ROUTED ? 0 : 8;
 }
 
 // The GEMV over the wide formats with x as 16-bit integers (hx_cuda_quantize_x): thread t of the
@@ -511,26 +515,23 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()
     int64_t o0;
     const hx_cuda_gemv_job job = gemv_begin<ROUTED>(set, &o0, &xq, &xd);
     const hx_cuda_wmat &w = job.w;
-    constexpr int U = wide_unit<DT>(), NW = U / 4, NB = U / 32;
-    const int64_t n_units = w.n_in / U;
+    const int64_t n_units = w.n_in / 32;
     float acc[GEMV_ROWS][R] = {};
     const int64_t n = (int64_t)n_rows * w.n_in; // the low bytes' offset
-    // Q4_K: two units' loads in flight (its rows are several trips a thread; measured +11% on
-    // an 8B decode); the 32-value formats lost 10% so (registers, fewer blocks an SM)
-#pragma unroll(DT == HX_DT_Q4_K ? 2 : 1)
+    // one unit's loads in flight a thread: unrolled by two, every format was slower (Q4_0 by
+    // 10%: registers, so fewer blocks an SM; Q4_K by 1-2%)
+#pragma unroll 1
     for (int64_t u = threadIdx.x; u < n_units; u += 32 * GEMV_WARPS) {
-        int xw[R][2][NW], xs[R][NB];
-        float dx[R][NB];
+        wide_xu x[R];
 #pragma unroll
         for (int r = 0; r < R; r++)
-            if (r < n_rows)
-                wide_x<DT>(xq + r * w.n_in, xd + r * (w.n_in / 32), n, u, xw[r], xs[r], dx[r]);
+            if (r < n_rows) x[r] = wide_x<DT>(xq + r * w.n_in, xd + r * (w.n_in / 32), n, u);
 #pragma unroll
         for (int k = 0; k < GEMV_ROWS; k++) {
             const int64_t o = o0 + k < w.n_out ? o0 + k : w.n_out - 1;
 #pragma unroll
             for (int r = 0; r < R; r++)
-                if (r < n_rows) acc[k][r] += wide_dot<DT>(w, o, u, xw[r], xs[r], dx[r]);
+                if (r < n_rows) acc[k][r] += wide_dot<DT>(w, o, u, x[r]);
         }
     }
     gemv_store<R>(acc, o0, n_rows, job);
@@ -847,15 +848,15 @@ constexpr bool float_dt()
 }
 
 // The GEMV of R rows over a block format, x rounded (xq, xd): the wide kernel where the format
-// has one and its units do not straddle MLX groups, else the byte-slice one. ROUTED: the
-// launch hx_cuda_gemv_routed makes (R is 1).
+// has one and its units do not straddle MLX groups, else the byte-slice one (Q6_K's wide one is
+// measured at one row only). ROUTED: the launch hx_cuda_gemv_routed makes (R is 1).
 template <int DT, int R, bool ROUTED>
 void launch_int8_gemv(dim3 g, const gemv_set &set, const int8_t *xq, const float *xd, int n,
                       bool narrow, hx_cuda_stream s)
 {
     static_assert(!float_dt<DT>(), "float formats take gemv_kernel");
     const unsigned t = 32 * GEMV_WARPS;
-    if constexpr (!gemv_wide<DT>())
+    if constexpr (!gemv_wide<DT>() || (DT == HX_DT_Q6_K && R > 1))
         launch(gemv_i8_kernel<DT, R, ROUTED>, g, t, 0, s, set, xq, xd, n);
     else if (!narrow)
         launch(gemv_wide_kernel<DT, R, ROUTED>, g, t, 0, s, set, xq, xd, n);
