@@ -355,20 +355,22 @@ static int test_keep_dequantized(void)
 }
 
 /* MLX 4-bit goes up as Q4_1 when f16 holds its scales and biases exactly, and stays MLX
- * otherwise: f16 ones and bf16 ones in f16's normal range, groups of 64, 32 and 128; bf16 ones
+ * otherwise: f16 ones and bf16 ones in f16's normal range, groups of 64, 32 and 128 (a scale a
+ * group, or a block for 32 or rows of an odd number of groups: 448 values of 64); bf16 ones
  * with a value outside it (1e-7); f32 ones. Each on the GEMV (1 row), the tensor-core
  * GEMV (5) and cuBLAS (37). */
 static int test_mlx4_layouts(void)
 {
     NEED_GPU();
-    static const struct { hx_dtype sb; int32_t gs; bool outside_f16; } cases[] = {
-        {HX_DT_F16, 64, false}, {HX_DT_BF16, 32, false}, {HX_DT_BF16, 128, true},
-        {HX_DT_F32, 64, false},
+    static const struct { hx_dtype sb; int32_t gs; bool outside_f16; int64_t n_in; } cases[] = {
+        {HX_DT_F16, 64, false, 512},  {HX_DT_BF16, 32, false, 512}, {HX_DT_BF16, 128, true, 512},
+        {HX_DT_F32, 64, false, 512},  {HX_DT_BF16, 128, false, 512}, {HX_DT_F16, 64, false, 448},
     };
-    const int64_t n_out = 67, n_in = 512, rows[] = {1, 5, 37};
+    const int64_t n_out = 67, rows[] = {1, 5, 37};
     static weight ws[HX_COUNTOF(cases)];
     for (size_t c = 0; c < HX_COUNTOF(cases); c++) {
         weight *w = &ws[c];
+        const int64_t n_in = cases[c].n_in;
         if (weight_make(w, HX_DT_MLX4, n_out, n_in)) return 1;
         const int32_t gs = cases[c].gs;
         const int64_t n_sb = n_out * (n_in / gs);
@@ -394,7 +396,8 @@ static int test_mlx4_layouts(void)
         w->t.sb_dtype = cases[c].sb;
         w->t.group_size = gs;
         if (check_matmul(w, rows, HX_COUNTOF(rows))) {
-            printf("  (scales %s, groups of %d)\n", hx_dtypes[cases[c].sb].name, gs);
+            printf("  (scales %s, groups of %d, rows of %lld)\n", hx_dtypes[cases[c].sb].name, gs,
+                   (long long)n_in);
             return 1;
         }
     }

@@ -503,6 +503,18 @@ constexpr int wide_blocks()
     return R != 1 || ROUTED ? 0 : 8;
 }
 
+// Whether the wide GEMV of R rows takes its output rows without a branch around each (whether
+// a batch row r < n_rows): at one row that branch is always taken, but it kept the compiler from
+// issuing one output row's loads before the previous row's sums, so a thread had one trip to
+// memory in flight at a time. Without it, an 8B decode (H100) went 360 -> 393 tok/s in Q4_1, 359
+// -> 414 in MLX 4-bit (taken as Q4_1) and 414 -> 416 in Q4_0; Q4_K_M fell 371 -> 351 (Q6_K then
+// spills 68 bytes at 64 registers), so the other formats keep the branch.
+template <int DT, int R>
+constexpr bool rows_unbranched()
+{
+    return R == 1 && (DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1);
+}
+
 // The GEMV over the wide formats with x as 16-bit integers (hx_cuda_quantize_x): thread t of the
 // block takes units t, t + 128, ... of the rows' length (one pass for a 4,096-wide row of
 // 32-value units), loads the unit's activations once for all batch rows and then, for each of
@@ -525,13 +537,15 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()
         wide_xu x[R];
 #pragma unroll
         for (int r = 0; r < R; r++)
-            if (r < n_rows) x[r] = wide_x<DT>(xq + r * w.n_in, xd + r * (w.n_in / 32), n, u);
+            if (rows_unbranched<DT, R>() || r < n_rows)
+                x[r] = wide_x<DT>(xq + r * w.n_in, xd + r * (w.n_in / 32), n, u);
 #pragma unroll
         for (int k = 0; k < GEMV_ROWS; k++) {
             const int64_t o = o0 + k < w.n_out ? o0 + k : w.n_out - 1;
 #pragma unroll
             for (int r = 0; r < R; r++)
-                if (r < n_rows) acc[k][r] += wide_dot<DT>(w, o, u, x[r]);
+                if (rows_unbranched<DT, R>() || r < n_rows)
+                    acc[k][r] += wide_dot<DT>(w, o, u, x[r]);
         }
     }
     gemv_store<R>(acc, o0, n_rows, job);
@@ -625,14 +639,14 @@ struct mma_stage {
     static constexpr int N_SB = DT == HX_DT_Q4_K ? 0 : DT == HX_DT_Q4_1 ? 2 : 1; // d, m arrays
     static constexpr int FIXED = MMA_ROWS * WR + MMA_ROWS * SR * 2 * N_SB;
     uint8_t        *w, *x;  // [MMA_ROWS][WR]; [2][n_rows][XR]
-    uint16_t       *d, *m;  // [MMA_ROWS][SR] each
+    uint16_t       *d, *m;  // [MMA_ROWS][SR] each: a scale per 1 << sh blocks (b32_shift)
     float          *xd;     // [n_rows][MMA_KC]
-    int             n_rows;
+    int             n_rows, sh;
     __host__ __device__ static constexpr int bytes(int n_rows) // a multiple of 16
     {
         return FIXED + n_rows * (2 * XR + MMA_KC * 4);
     }
-    __device__ mma_stage(uint8_t *p, int rows) : n_rows(rows)
+    __device__ mma_stage(uint8_t *p, int rows, int shift) : n_rows(rows), sh(shift)
     {
         w = p;
         d = (uint16_t *)(p + MMA_ROWS * WR);
@@ -654,14 +668,15 @@ __device__ __forceinline__ void mma_scale(const mma_stage<DT> &s, int row, int b
         *d = h2f(*(const uint16_t *)p) * (float)sc;
         *m = -h2f(*(const uint16_t *)(p + 2)) * (float)mn;
     } else {
-        *d = h2f(s.d[row * mma_stage<DT>::SR + b]);
-        *m = DT == HX_DT_Q4_1 ? h2f(s.m[row * mma_stage<DT>::SR + b]) : 0.0f;
+        const int i = row * mma_stage<DT>::SR + (b >> s.sh);
+        *d = h2f(s.d[i]);
+        *m = DT == HX_DT_Q4_1 ? h2f(s.m[i]) : 0.0f;
     }
 }
 
 // Copies blocks [b0, b0 + kc) of the block's rows (from o0; past n_out the last row) and of
 // x's rows into st, asynchronously: 16-byte pieces for codes and x, 4 for scales (kc and the
-// row's block count are even). Pieces are counted over a whole stage, so that every division
+// row's block count are multiples of two scales' blocks). Pieces are counted over a whole stage, so that every division
 // is by a power of two; those past kc are skipped.
 template <int DT>
 __device__ __forceinline__ void mma_load(const mma_stage<DT> &st, const hx_cuda_wmat &w,
@@ -690,15 +705,16 @@ __device__ __forceinline__ void mma_load(const mma_stage<DT> &st, const hx_cuda_
         if (k < kc) cp_async4(st.xd + r * MMA_KC + k, xd + r * nb + b0 + k);
     }
     if constexpr (S::N_SB > 0) { // Q4_K: the scales came with the codes
+        const int64_t ng = nb >> st.sh, g0 = b0 >> st.sh; // scales a row; the stage's first
         for (int i = threadIdx.x; i < MMA_ROWS * SP; i += T) {
             const int r = i / SP, k = i % SP;
             const int64_t o = o0 + r < w.n_out ? o0 + r : w.n_out - 1;
-            if (2 * k < kc) {
+            if (2 * k < kc >> st.sh) {
                 cp_async4(st.d + r * S::SR + 2 * k,
-                          (const uint16_t *)w.scales + o * nb + b0 + 2 * k);
+                          (const uint16_t *)w.scales + o * ng + g0 + 2 * k);
                 if constexpr (DT == HX_DT_Q4_1)
                     cp_async4(st.m + r * S::SR + 2 * k,
-                              (const uint16_t *)w.biases + o * nb + b0 + 2 * k);
+                              (const uint16_t *)w.biases + o * ng + g0 + 2 * k);
             }
         }
     }
@@ -725,8 +741,9 @@ __global__ void __launch_bounds__(32 * MMA_WARPS)
     const int64_t nb = w.n_in / 32;
     const int n_stage = (int)((nb + MMA_KC - 1) / MMA_KC);
     const int stage_bytes = S::bytes(n_rows);
+    const int sh = b32_shift<DT>(w);
     auto stage = [&](int c) { // stage c's buffer
-        return S((uint8_t *)mma_smem + (c % MMA_STAGES) * stage_bytes, n_rows);
+        return S((uint8_t *)mma_smem + (c % MMA_STAGES) * stage_bytes, n_rows, sh);
     };
     auto kc_of = [&](int c) { // stage c's blocks
         const int64_t left = nb - (int64_t)c * MMA_KC;
@@ -886,8 +903,10 @@ template <int DT> struct GemvLaunch {
         };
         const int n = (int)n_rows;
         if constexpr (gemv_mma<DT>()) {
-            // rows of an even number of blocks (4-byte scale pieces); every job's n_in is one
-            const bool even = jobs[0].w.n_in % 64 == 0;
+            // rows of an even number of blocks and of scales (4-byte scale pieces); every job's
+            // n_in and group are one
+            const int64_t per = DT == HX_DT_Q4_K ? 64 : 2 * (int64_t)jobs[0].w.group_size;
+            const bool even = jobs[0].w.n_in % 64 == 0 && jobs[0].w.n_in % per == 0;
             const int smem = MMA_STAGES * mma_stage<DT>::bytes(n);
             // 8 rows of Q8_0 take 142 KB: more than an sm_89 block may have (99 KB)
             if (n >= mma_rows(DT) && even && smem <= smem_optin()) {

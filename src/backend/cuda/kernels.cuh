@@ -140,15 +140,27 @@ __device__ __forceinline__ void k_scale_min(const uint8_t *s, int j, int *sc, in
     }
 }
 
+// log2 of the 32-value blocks one scale of a Q4_0/Q4_1/Q8_0 upload covers (kernels.h): 0, but 1
+// or 2 for MLX 4-bit taken as Q4_1 with groups of 64 or 128 (so Q4_0 and Q8_0 know it is 0).
+template <int DT>
+__device__ __forceinline__ int b32_shift(const hx_cuda_wmat &w)
+{
+    return DT == HX_DT_Q4_1 ? __ffs(w.group_size) - 6 : 0;
+}
+
 // Scale d and offset m of block j of row o of a Q4_0/Q4_1/Q8_0 weight, which the backend
-// uploads split in two (kernels.h): value = d * q + m.
+// uploads split in two (kernels.h): value = d * q + m. (Q4_1: its scale's index in 32 bits, one
+// shift; the uploads keep a weight's blocks under 2^32.)
 template <int DT>
 __device__ __forceinline__ void b32_scale(const hx_cuda_wmat &w, int64_t o, int64_t j, float *d,
                                           float *m)
 {
-    const int64_t g = o * (w.n_in / 32) + j;
-    *d = h2f(((const uint16_t *)w.scales)[g]);
-    *m = DT == HX_DT_Q4_1 ? h2f(((const uint16_t *)w.biases)[g]) : DT == HX_DT_Q4_0 ? -8.0f * *d : 0.0f;
+    int64_t g = o * (w.n_in / 32) + j; // the block's index
+    if constexpr (DT == HX_DT_Q4_1) g = (int64_t)((uint32_t)g >> b32_shift<DT>(w));
+    *d = h2f(__ldg((const unsigned short *)w.scales + g));
+    *m = DT == HX_DT_Q4_1   ? h2f(__ldg((const unsigned short *)w.biases + g))
+         : DT == HX_DT_Q4_0 ? -8.0f * *d
+                            : 0.0f;
 }
 
 // Elements [32 j, 32 j + 32) of row `o` of w, dequantized (the same values as the CPU's

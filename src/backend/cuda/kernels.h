@@ -8,7 +8,8 @@
  * biases. Q4_0, Q4_1 and Q8_0 are the exception: the backend uploads them split, each row's
  * codes contiguous in q (16 or 32 bytes per block, so a block is one or two aligned 16-byte
  * loads) and the blocks' f16 scales in `scales` (Q4_1's offsets in `biases`), [n_out,
- * n_in / 32] each. Every format is read 32 elements at a time (a "sub-block": a whole
+ * n_in / group_size] each: group_size is 32, one scale a block, except for MLX 4-bit taken as
+ * Q4_1, which keeps its groups of 64 or 128 values. Every format is read 32 elements at a time (a "sub-block": a whole
  * Q4_0/Q4_1/Q8_0 block, one eighth of a K-quant super-block, 32 values of a float row or of an
  * MLX group), so one device dequantizer serves the dequantize-to-f16 pass in front of cuBLAS
  * and the embedding lookup. Q6_K super-blocks are uploaded padded from 210 to

@@ -58,8 +58,8 @@ static uint16_t bf16_as_f16(uint16_t h) /* h: bf16_fits_f16, so exact */
 /* MLX 4-bit is Q4_1 with each group's scale and bias repeated for every 32 values of it (value
  * = s q + b either way): with groups of a multiple of 32 and scales and biases that f16 holds
  * exactly (f16 ones, or bf16 ones in f16's normal range), it is uploaded as Q4_1, whose kernels
- * are faster (the tensor-core GEMV among them), for 11% more bytes (20 per 32 values, not 18).
- * HEARTH_CUDA_MLX_Q4_1=0 keeps MLX's own kernels (to compare). */
+ * are faster (the tensor-core GEMV among them); keeping a scale a group where grouped_q4_1
+ * allows. HEARTH_CUDA_MLX_Q4_1=0 keeps MLX's own kernels (to compare). */
 static bool mlx4_as_q4_1(const hx_tensor *t)
 {
     if (t->dtype != HX_DT_MLX4 || t->group_size % 32 != 0 || t->sb_dtype == HX_DT_F32 ||
@@ -73,11 +73,21 @@ static bool mlx4_as_q4_1(const hx_tensor *t)
     return fits;
 }
 
+/* Whether MLX 4-bit tensor t, taken as Q4_1, keeps one scale and offset a group, not a block:
+ * 18 bytes per 32 values as in the file, not 20. Groups of 64 or 128 values (b32_shift), in
+ * rows of an even number of groups (the tensor-core GEMV copies scales in pairs). */
+static bool grouped_q4_1(const hx_tensor *t)
+{
+    const int64_t g = t->group_size, n_in = t->shape[t->n_dims - 1];
+    return t->dtype == HX_DT_MLX4 && (g == 64 || g == 128) && n_in % (2 * g) == 0 &&
+           !hx_cuda_switched_off("HEARTH_CUDA_MLX_GROUPS");
+}
+
 /* Rows [o0, o0 + n) of t as the device keeps them (kernels.h), n_blk blocks a row: a 32-value
  * block format (or MLX 4-bit taken as Q4_1) split, codes into hq (qb bytes a block), f16 scales
- * into hs, Q4_1's offsets into hm; Q6_K super-blocks padded to qb bytes. */
-static void split_rows(const hx_tensor *t, int64_t o0, int64_t n, int64_t n_blk, int qb,
-                       unsigned char *hq, uint16_t *hs, uint16_t *hm)
+ * into hs, Q4_1's offsets into hm (n_g of each a row); Q6_K super-blocks padded to qb bytes. */
+static void split_rows(const hx_tensor *t, int64_t o0, int64_t n, int64_t n_blk, int64_t n_g,
+                       int qb, unsigned char *hq, uint16_t *hs, uint16_t *hm)
 {
     if (t->dtype == HX_DT_Q6_K) {
         for (int64_t b = 0; b < n * n_blk; b++) {
@@ -89,12 +99,13 @@ static void split_rows(const hx_tensor *t, int64_t o0, int64_t n, int64_t n_blk,
     if (t->dtype == HX_DT_MLX4) {
         /* MLX: element i of a block is nibble i % 2 of byte i / 2; Q4_1: byte k holds elements
          * k (low nibble) and k + 16 (high). */
-        const int64_t per_g = t->group_size / 32, n_g = n_blk / per_g;
+        const int64_t per_g = t->group_size / 32, src_g = n_blk / per_g;
+        const int64_t rep = n_blk / n_g; /* blocks an uploaded scale covers: 1 or per_g */
         const bool bf16 = t->sb_dtype == HX_DT_BF16;
         for (int64_t r = 0; r < n; r++) {
             const unsigned char *src = (const unsigned char *)t->data + (o0 + r) * n_blk * 16;
-            const uint16_t *sc = (const uint16_t *)t->scales + (o0 + r) * n_g;
-            const uint16_t *bi = (const uint16_t *)t->biases + (o0 + r) * n_g;
+            const uint16_t *sc = (const uint16_t *)t->scales + (o0 + r) * src_g;
+            const uint16_t *bi = (const uint16_t *)t->biases + (o0 + r) * src_g;
             for (int64_t j = 0; j < n_blk; j++) {
                 const unsigned char *s8 = src + j * 16;
                 unsigned char *d = hq + (r * n_blk + j) * 16;
@@ -102,9 +113,10 @@ static void split_rows(const hx_tensor *t, int64_t o0, int64_t n, int64_t n_blk,
                     d[2 * k] = (unsigned char)((s8[k] & 15) | s8[8 + k] << 4);
                     d[2 * k + 1] = (unsigned char)((s8[k] >> 4) | (s8[8 + k] & 0xF0));
                 }
+                if (j % rep != 0) continue;
                 const uint16_t sv = sc[j / per_g], bv = bi[j / per_g];
-                hs[r * n_blk + j] = bf16 ? bf16_as_f16(sv) : sv;
-                hm[r * n_blk + j] = bf16 ? bf16_as_f16(bv) : bv;
+                hs[r * n_g + j / rep] = bf16 ? bf16_as_f16(sv) : sv;
+                hm[r * n_g + j / rep] = bf16 ? bf16_as_f16(bv) : bv;
             }
         }
         return;
@@ -122,7 +134,7 @@ static void split_rows(const hx_tensor *t, int64_t o0, int64_t n, int64_t n_blk,
 
 typedef struct {
     const hx_tensor *t;
-    int64_t          o0, n, n_blk;
+    int64_t          o0, n, n_blk, n_g;
     int              qb;
     unsigned char   *hq;
     uint16_t        *hs, *hm;
@@ -134,8 +146,9 @@ static void run_split(void *p, int ith, int nth)
     int64_t lo, hi;
     hx_split_range(a->n, ith, nth, 1, &lo, &hi);
     if (hi > lo)
-        split_rows(a->t, a->o0 + lo, hi - lo, a->n_blk, a->qb, a->hq + lo * a->n_blk * a->qb,
-                   a->hs ? a->hs + lo * a->n_blk : NULL, a->hm ? a->hm + lo * a->n_blk : NULL);
+        split_rows(a->t, a->o0 + lo, hi - lo, a->n_blk, a->n_g, a->qb,
+                   a->hq + lo * a->n_blk * a->qb, a->hs ? a->hs + lo * a->n_g : NULL,
+                   a->hm ? a->hm + lo * a->n_g : NULL);
 }
 
 /* Runs task over the backend's load threads (made at the first use; the caller alone when
@@ -158,13 +171,13 @@ static void load_run(cuda_impl *c, hx_task_fn fn, void *task)
 static cudaError_t upload_split(cuda_impl *c, const hx_tensor *t, hx_cuda_wmat *w)
 {
     const bool q6 = w->dtype == HX_DT_Q6_K, offsets = w->dtype == HX_DT_Q4_1;
-    const int64_t n_blk = w->n_in / (q6 ? 256 : 32);
+    const int64_t n_blk = w->n_in / (q6 ? 256 : 32), n_g = q6 ? 0 : w->n_in / w->group_size;
     const int qb = q6 ? HX_CUDA_Q6_K_BYTES : (int)(w->row_bytes / n_blk);
     const int64_t chunk = (8 << 20) / w->row_bytes + 1;
     unsigned char *hq = hx_alloc((size_t)(chunk * w->row_bytes));
-    uint16_t *hs = q6 ? NULL : hx_alloc((size_t)(chunk * n_blk) * 2);
-    uint16_t *hm = offsets ? hx_alloc((size_t)(chunk * n_blk) * 2) : NULL;
-    const size_t sb = (size_t)(w->n_out * n_blk) * 2;
+    uint16_t *hs = q6 ? NULL : hx_alloc((size_t)(chunk * n_g) * 2);
+    uint16_t *hm = offsets ? hx_alloc((size_t)(chunk * n_g) * 2) : NULL;
+    const size_t sb = (size_t)(w->n_out * n_g) * 2;
     cudaError_t e = !hq || (!q6 && !hs) || (offsets && !hm) ? cudaErrorMemoryAllocation
                                                             : cudaSuccess;
     if (e == cudaSuccess) e = cudaMalloc((void **)&w->q, (size_t)(w->n_out * w->row_bytes));
@@ -172,16 +185,16 @@ static cudaError_t upload_split(cuda_impl *c, const hx_tensor *t, hx_cuda_wmat *
     if (e == cudaSuccess && offsets) e = cudaMalloc((void **)&w->biases, sb);
     for (int64_t o0 = 0; e == cudaSuccess && o0 < w->n_out; o0 += chunk) {
         const int64_t n = o0 + chunk < w->n_out ? chunk : w->n_out - o0;
-        split_task task = {t, o0, n, n_blk, qb, hq, hs, hm};
+        split_task task = {t, o0, n, n_blk, n_g, qb, hq, hs, hm};
         load_run(c, run_split, &task);
         e = cudaMemcpy((unsigned char *)(uintptr_t)w->q + o0 * w->row_bytes, hq,
                        (size_t)(n * w->row_bytes), cudaMemcpyHostToDevice);
         if (e == cudaSuccess && hs)
-            e = cudaMemcpy((uint16_t *)(uintptr_t)w->scales + o0 * n_blk, hs,
-                           (size_t)(n * n_blk) * 2, cudaMemcpyHostToDevice);
+            e = cudaMemcpy((uint16_t *)(uintptr_t)w->scales + o0 * n_g, hs,
+                           (size_t)(n * n_g) * 2, cudaMemcpyHostToDevice);
         if (e == cudaSuccess && hm)
-            e = cudaMemcpy((uint16_t *)(uintptr_t)w->biases + o0 * n_blk, hm,
-                           (size_t)(n * n_blk) * 2, cudaMemcpyHostToDevice);
+            e = cudaMemcpy((uint16_t *)(uintptr_t)w->biases + o0 * n_g, hm,
+                           (size_t)(n * n_g) * 2, cudaMemcpyHostToDevice);
     }
     hx_free(hq);
     hx_free(hs);
@@ -205,10 +218,12 @@ static hx_status upload_wmat(cuda_impl *c, const hx_tensor *t, hx_cuda_wmat *w, 
     const size_t q_bytes = (size_t)w->row_bytes * (size_t)n_out;
     bool ok;
     if (mlx4_as_q4_1(t)) w->dtype = HX_DT_Q4_1;
+    if (w->dtype == HX_DT_Q4_1 && n_out * (n_in / 32) > (int64_t)UINT32_MAX) /* b32_scale */
+        return hx_err_set(err, HX_E_UNSUPPORTED, "cuda: a Q4_1 tensor of more than 2^32 blocks");
     if (is_b32(w->dtype)) {
         w->row_bytes = w->dtype == HX_DT_Q8_0 ? n_in : n_in / 2;
         w->sb_dtype = HX_DT_F16;
-        w->group_size = 32;
+        w->group_size = grouped_q4_1(t) ? t->group_size : 32;
         ok = (e = upload_split(c, t, w)) == cudaSuccess;
     } else if (t->dtype == HX_DT_Q6_K) {
         w->row_bytes = n_in / 256 * HX_CUDA_Q6_K_BYTES;
