@@ -506,9 +506,10 @@ constexpr int wide_blocks()
 // Whether the wide GEMV of R rows takes its output rows without a branch around each (whether
 // a batch row r < n_rows): at one row that branch is always taken, but it kept the compiler from
 // issuing one output row's loads before the previous row's sums, so a thread had one trip to
-// memory in flight at a time. Without it, an 8B decode (H100) went 360 -> 393 tok/s in Q4_1, 359
-// -> 414 in MLX 4-bit (taken as Q4_1) and 414 -> 416 in Q4_0; Q4_K_M fell 371 -> 351 (Q6_K then
-// spills 68 bytes at 64 registers), so the other formats keep the branch.
+// memory in flight at a time. Without it, an 8B decode (H100) went 358 -> 393 tok/s in Q4_1, 373
+// -> 414 in MLX 4-bit (taken as Q4_1) and 404 -> 416 in Q4_0; but Q8_0 fell 268 -> 241 and Q4_K_M
+// 371 -> 351 (Q8_0 and Q6_K then spill at 64 registers) and Q4_K did not move, so the other
+// formats keep the branch.
 template <int DT, int R>
 constexpr bool rows_unbranched()
 {
