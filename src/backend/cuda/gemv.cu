@@ -372,6 +372,25 @@ struct wide_xu {
     float d;
 };
 
+// The 32 codes of a Q4_0/Q4_1 block (byte i holds value i in its low nibble, value i + 16 in its
+// high one) as 8 words of 4, in value order (MLX's 32 values: evens, then odds).
+__device__ __forceinline__ void nibble_words(const uint4 &a, uint32_t (&c)[8])
+{
+    constexpr uint32_t LO4 = 0x0F0F0F0Fu;
+    const uint32_t a4[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        c[k] = a4[k] & LO4;
+        c[4 + k] = (a4[k] >> 4) & LO4;
+    }
+}
+
+// sum over 32 values of (d q + m) x, with the codes q as words c.
+__device__ __forceinline__ float unit_sum(const uint32_t (&c)[8], float d, float m, const wide_xu &x)
+{
+    return x.d * (d * (float)x_dot_words<8>(c, x.w[0], x.w[1]) + m * (float)x.s);
+}
+
 // sum over unit u of row o of (d q + m) x: integer dot products (dp4a), then one multiply-add.
 // MLX's nibbles are in a word's order (value e in bits 4e), so its x words come in even/odd
 // order (words 0..3 the even values of each 8, 4..7 the odd ones).
@@ -423,13 +442,7 @@ __device__ __forceinline__ float wide_dot(const hx_cuda_wmat &w, int64_t o, int6
         uint32_t c[8];
         float d, m;
         if constexpr (DT == HX_DT_MLX4) {
-            const uint4 a = __ldg((const uint4 *)(row + 16 * u));
-            const uint32_t a4[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                c[k] = a4[k] & LO4;
-                c[4 + k] = (a4[k] >> 4) & LO4;
-            }
+            nibble_words(__ldg((const uint4 *)(row + 16 * u)), c); // (in even/odd order)
             const int64_t g = o * (w.n_in / w.group_size) + 32 * u / w.group_size;
             d = load_sb(w.scales, w.sb_dtype, g);
             m = load_sb(w.biases, w.sb_dtype, g);
@@ -441,16 +454,12 @@ __device__ __forceinline__ float wide_dot(const hx_cuda_wmat &w, int64_t o, int6
             if constexpr (DT == HX_DT_Q8_0) {
                 const uint4 b = __ldg((const uint4 *)q + 1);
                 c[4] = b.x, c[5] = b.y, c[6] = b.z, c[7] = b.w;
-            } else { // byte i holds value i (low nibble) and value i + 16 (high)
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    c[4 + k] = (c[k] >> 4) & LO4;
-                    c[k] &= LO4;
-                }
+            } else {
+                nibble_words(a, c);
             }
             b32_scale<DT>(w, o, u, &d, &m);
         }
-        return x.d * (d * (float)x_dot_words<8>(c, x.w[0], x.w[1]) + m * (float)x.s);
+        return unit_sum(c, d, m, x);
     }
 }
 
