@@ -11,9 +11,9 @@ type (64 MiB, made once), each tensor streamed from it starting at a random bloc
 file costs what the disk costs (an 8B model in seconds). Every block gets a small positive scale
 so values stay finite. The file is written as OUT.part and renamed when complete.
 
-Types: q4_0, q4_1 and q8_0 use that type for every matrix. q4_k is every matmul weight Q4_K, with the
-output projection Q6_K as llama.cpp's K-quant files have it (token_embd too when it is the tied
-output; an untied token_embd stays Q4_K). q4_k_m mixes formats the way llama.cpp's Q4_K_M files
+Types: q4_0, q4_1 and q8_0 use that type for every matrix. q4_k is every matmul weight Q4_K, with
+the output projection Q6_K as llama.cpp's K-quant files have it (token_embd too when it is the
+tied output; an untied token_embd stays Q4_K). q4_k_m mixes formats the way llama.cpp's Q4_K_M files
 do: Q6_K for the embedding/output and for attn_v and ffn_down of every other layer, Q4_K for the
 rest.
 

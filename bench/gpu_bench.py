@@ -9,8 +9,8 @@ usage: gpu_bench.py [--build build] [--dir /tmp/hx-shapes] [--models SPEC,...] [
 1. Ceilings: BUILD/hx-gpu-roofline (bench/gpu/roofline.cu) measures HBM read bandwidth and the
    cuBLAS bf16/f16 GEMM rate; its JSON line is read. Without it (a build where nvcc was not
    found) the run goes on and the percentages are left out.
-2. Models: each SPEC is SHAPE:TYPE, a shape of bench/gen_shaped_gguf.py and a type of it (q4_0, q4_1,
-   q8_0, q4_k, q4_k_m) or "mlx4" (bench/gen_shaped_mlx.py: MLX 4-bit, group 64). The files are
+2. Models: each SPEC is SHAPE:TYPE, a shape of bench/gen_shaped_gguf.py and a type of it (q4_0,
+   q4_1, q8_0, q4_k, q4_k_m) or "mlx4" (bench/gen_shaped_mlx.py: MLX 4-bit, group 64). The files are
    written into --dir with the generators' built-in byte-level vocabulary (every byte of text is
    one token, so GGUF and MLX see the same token stream) and kept: a later run reuses them.
    Default: llama-3.2-1b:q4_0, llama-3.1-8b:q4_0, llama-3.1-8b:q4_k, qwen2.5-7b:q4_0,

@@ -825,8 +825,9 @@ static size_t moe_layout(moe_args *a, unsigned char *base)
 static bool moe_routed(cuda_impl *c, const hx_moe *m, const float *router, const float *x,
                        int64_t n_tok, int64_t d, float *out)
 {
-    if (hx_cuda_switched_off("HEARTH_CUDA_MOE_DEVICE") || n_tok > HX_CUDA_GEMV_ROWS || m->sh_gate ||
-        m->n_used > 32 || m->n_expert > HX_CUDA_MOE_EXPERTS || d % 32 || m->d_ff % 32)
+    if (hx_cuda_switched_off("HEARTH_CUDA_MOE_DEVICE") || n_tok > HX_CUDA_GEMV_ROWS ||
+        m->sh_gate || m->n_used > 32 || m->n_expert > HX_CUDA_MOE_EXPERTS || d % 32 ||
+        m->d_ff % 32)
         return false;
     const moe_tables *t = hx_cuda_moe_tables(c, m);
     if (!t || t->like[0].n_in != d || t->like[0].n_out != m->d_ff || t->like[2].n_in != m->d_ff ||

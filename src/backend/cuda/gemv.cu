@@ -364,6 +364,16 @@ __device__ __forceinline__ int x_dot_words(const uint32_t *c, const int *xh, con
     return v;
 }
 
+// The sum of x's N words of 4 values (high bytes xh, low ones xl), in units of x's scale.
+template <int N>
+__device__ __forceinline__ int x_sum_words(const int *xh, const int *xl)
+{
+    uint32_t ones[N];
+#pragma unroll
+    for (int k = 0; k < N; k++) ones[k] = 0x01010101u;
+    return x_dot_words<N>(ones, xh, xl);
+}
+
 // Unit u of an activation row as wide_dot takes it: its 32 values as words of 4 (w[0] their
 // high bytes, w[1] their low ones; kernels.h), their sum s and their scale d.
 struct wide_xu {
@@ -386,7 +396,8 @@ __device__ __forceinline__ void nibble_words(const uint4 &a, uint32_t (&c)[8])
 }
 
 // sum over 32 values of (d q + m) x, with the codes q as words c.
-__device__ __forceinline__ float unit_sum(const uint32_t (&c)[8], float d, float m, const wide_xu &x)
+__device__ __forceinline__ float unit_sum(const uint32_t (&c)[8], float d, float m,
+                                          const wide_xu &x)
 {
     return x.d * (d * (float)x_dot_words<8>(c, x.w[0], x.w[1]) + m * (float)x.s);
 }
@@ -433,8 +444,7 @@ __device__ __forceinline__ float wide_dot(const hx_cuda_wmat &w, int64_t o, int6
             c[k] = ((lw[k] >> ls) & LO4) | (((hw[k] >> hs) & 0x03030303u) << 4);
         const uint16_t sc2 = __ldg((const uint16_t *)(p + 192 + 8 * half + 2 * t));
         const float d = h2f(__ldg((const uint16_t *)(p + 208)));
-        const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
-        const int s0 = x_dot_words<4>(ones, x.w[0], x.w[1]); // x's sum over values 0..15
+        const int s0 = x_sum_words<4>(x.w[0], x.w[1]); // over values 0..15
         const int a = x_dot_words<4>(c, x.w[0], x.w[1]) - 32 * s0,
                   b = x_dot_words<4>(c + 4, x.w[0] + 4, x.w[1] + 4) - 32 * (x.s - s0);
         return x.d * d * ((float)(int8_t)sc2 * (float)a + (float)(int8_t)(sc2 >> 8) * (float)b);
@@ -490,9 +500,7 @@ __device__ __forceinline__ wide_xu wide_x(const int8_t *xq, const float *xd, int
         }
     }
     x.d = __ldg(xd + u);
-    const uint32_t ones[8] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u,
-                              0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
-    x.s = x_dot_words<8>(ones, x.w[0], x.w[1]);
+    x.s = x_sum_words<8>(x.w[0], x.w[1]);
     return x;
 }
 
@@ -686,8 +694,8 @@ __device__ __forceinline__ void mma_scale(const mma_stage<DT> &s, int row, int b
 
 // Copies blocks [b0, b0 + kc) of the block's rows (from o0; past n_out the last row) and of
 // x's rows into st, asynchronously: 16-byte pieces for codes and x, 4 for scales (kc and the
-// row's block count are multiples of two scales' blocks). Pieces are counted over a whole stage, so that every division
-// is by a power of two; those past kc are skipped.
+// row's block count are multiples of two scales' blocks). Pieces are counted over a whole
+// stage, so that every division is by a power of two; those past kc are skipped.
 template <int DT>
 __device__ __forceinline__ void mma_load(const mma_stage<DT> &st, const hx_cuda_wmat &w,
                                          int64_t o0, int64_t b0, int kc, const int8_t *xq,

@@ -9,12 +9,12 @@
  * codes contiguous in q (16 or 32 bytes per block, so a block is one or two aligned 16-byte
  * loads) and the blocks' f16 scales in `scales` (Q4_1's offsets in `biases`), [n_out,
  * n_in / group_size] each: group_size is 32, one scale a block, except for MLX 4-bit taken as
- * Q4_1, which keeps its groups of 64 or 128 values. Every format is read 32 elements at a time (a "sub-block": a whole
- * Q4_0/Q4_1/Q8_0 block, one eighth of a K-quant super-block, 32 values of a float row or of an
- * MLX group), so one device dequantizer serves the dequantize-to-f16 pass in front of cuBLAS
- * and the embedding lookup. Q6_K super-blocks are uploaded padded from 210 to
- * HX_CUDA_Q6_K_BYTES bytes (zeros after the f16 scale), so that every field of theirs a kernel
- * reads is aligned for one wide load. */
+ * Q4_1, which keeps its groups of 64 or 128 values. Every format is read 32 elements at a time
+ * (a "sub-block": a whole Q4_0/Q4_1/Q8_0 block, one eighth of a K-quant super-block, 32 values
+ * of a float row or of an MLX group), so one device dequantizer serves the dequantize-to-f16
+ * pass in front of cuBLAS and the embedding lookup. Q6_K super-blocks are uploaded padded from
+ * 210 to HX_CUDA_Q6_K_BYTES bytes (zeros after the f16 scale), so that every field of theirs a
+ * kernel reads is aligned for one wide load. */
 #ifndef HX_BACKEND_CUDA_KERNELS_H
 #define HX_BACKEND_CUDA_KERNELS_H
 #include <stddef.h>

@@ -416,7 +416,8 @@ static void cuda_weight_release(hx_backend *be, const hx_tensor *w)
 static int64_t cuda_keep_dequantized(hx_backend *be, int64_t bytes)
 {
     cuda_impl *c = hx_cuda_enter(be);
-    if (hx_cuda_switched_off("HEARTH_CUDA_F16_WEIGHTS") || bytes <= 0 || c->max_tok <= HX_CUDA_GEMV_ROWS)
+    if (hx_cuda_switched_off("HEARTH_CUDA_F16_WEIGHTS") || bytes <= 0 ||
+        c->max_tok <= HX_CUDA_GEMV_ROWS)
         return 0; /* (no step of so few rows reaches a GEMM) */
     hx_cuda_drop_graphs(
         c); /* those so far dequantize before their GEMMs: the next steps capture anew */
