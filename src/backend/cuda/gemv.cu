@@ -921,10 +921,11 @@ template <int DT> struct GemvLaunch {
         };
         const int n = (int)n_rows;
         if constexpr (gemv_mma<DT>()) {
-            // rows of an even number of blocks and of scales (4-byte scale pieces); every job's
+            // rows of an even number of blocks and of scales (4-byte scale pieces: a group is
+            // 32, 64 or 128 values, so pairs of groups are whole pairs of blocks); every job's
             // n_in and group are one
             const int64_t per = DT == HX_DT_Q4_K ? 64 : 2 * (int64_t)jobs[0].w.group_size;
-            const bool even = jobs[0].w.n_in % 64 == 0 && jobs[0].w.n_in % per == 0;
+            const bool even = jobs[0].w.n_in % per == 0;
             const int smem = MMA_STAGES * mma_stage<DT>::bytes(n);
             // 8 rows of Q8_0 take 142 KB: more than an sm_89 block may have (99 KB)
             if (n >= mma_rows(DT) && even && smem <= smem_optin()) {

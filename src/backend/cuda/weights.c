@@ -419,8 +419,8 @@ static int64_t cuda_keep_dequantized(hx_backend *be, int64_t bytes)
     if (hx_cuda_switched_off("HEARTH_CUDA_F16_WEIGHTS") || bytes <= 0 ||
         c->max_tok <= HX_CUDA_GEMV_ROWS)
         return 0; /* (no step of so few rows reaches a GEMM) */
-    hx_cuda_drop_graphs(
-        c); /* those so far dequantize before their GEMMs: the next steps capture anew */
+    /* the graphs so far dequantize before their GEMMs: the next steps capture anew */
+    hx_cuda_drop_graphs(c);
     int64_t kept = 0;
     for (size_t i = 0; i < c->n_weights; i++) {
         uploaded_weight *cw = c->weights[i];
