@@ -533,6 +533,64 @@ constexpr bool rows_unbranched()
     return R == 1 && (DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1);
 }
 
+// Whether the GEMV takes lean_units: one row of Q4_0/Q4_1, not routed.
+template <int DT, int R, bool ROUTED>
+constexpr bool lean_row1()
+{
+    return R == 1 && !ROUTED && (DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1);
+}
+
+// The lean loops' x for unit u: its 32 values' high and low bytes as words, scale and sum.
+__device__ __forceinline__ wide_xu lean_x(const int8_t *__restrict__ xq,
+                                          const float *__restrict__ xd, uint32_t n, uint32_t u)
+{
+    wide_xu x;
+    const uint4 *ph = (const uint4 *)(xq + u * 32), *pl = (const uint4 *)(xq + n + u * 32);
+    const uint4 h0 = __ldg(ph), h1 = __ldg(ph + 1), l0 = __ldg(pl), l1 = __ldg(pl + 1);
+    const uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w},
+                   lw[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+#pragma unroll
+    for (int k = 0; k < 8; k++) x.w[0][k] = (int)hw[k], x.w[1][k] = (int)lw[k];
+    x.d = __ldg(xd + u);
+    x.s = x_sum_words<8>(x.w[0], x.w[1]);
+    return x;
+}
+
+// The one-row GEMV's loop for Q4_0/Q4_1 in fewer registers, so that ptxas issues a unit's code
+// loads for all GEMV_ROWS rows together with x's (at 64 registers the general loop's SASS
+// issues two rows' codes, sums them, then each further row's, then the scales: four trips to
+// memory; bench/gpu/sass_loads.py): offsets in 32 bits from one base each (an upload keeps a
+// weight under 2^32 blocks: weights.c), the rows' scales and x's scale after.
+template <int DT>
+__device__ __forceinline__ void lean_units(const hx_cuda_wmat &w, int64_t o0_64,
+                                           const int8_t *__restrict__ xq,
+                                           const float *__restrict__ xd,
+                                           float (&acc)[GEMV_ROWS][1])
+{
+    const uint32_t n_units = (uint32_t)(w.n_in / 32), rb = (uint32_t)w.row_bytes;
+    const uint32_t n = (uint32_t)w.n_in, last = (uint32_t)w.n_out - 1, o0 = (uint32_t)o0_64;
+    const uint32_t shift = (uint32_t)b32_shift<DT>(w); // scales per 32 values: 0 but MLX groups
+    const uint8_t *q = (const uint8_t *)w.q;
+    const uint16_t *sc = (const uint16_t *)w.scales, *bi = (const uint16_t *)w.biases;
+#pragma unroll 1
+    for (uint32_t u = threadIdx.x; u < n_units; u += 32 * GEMV_WARPS) {
+        uint4 c[GEMV_ROWS];
+#pragma unroll
+        for (int k = 0; k < GEMV_ROWS; k++)
+            c[k] = __ldg((const uint4 *)(q + ((uint64_t)min(o0 + k, last) * rb + u * 16)));
+        const wide_xu x = lean_x(xq, xd, n, u);
+#pragma unroll
+        for (int k = 0; k < GEMV_ROWS; k++) {
+            const uint32_t g = (min(o0 + k, last) * n_units + u) >> shift;
+            const float d = h2f(__ldg(sc + g));
+            const float m = DT == HX_DT_Q4_1 ? h2f(__ldg(bi + g)) : -8.0f * d;
+            uint32_t cw[8];
+            nibble_words(c[k], cw);
+            acc[k][0] += unit_sum(cw, d, m, x);
+        }
+    }
+}
+
 // The GEMV over the wide formats with x as 16-bit integers (hx_cuda_quantize_x): thread t of the
 // block takes units t, t + 128, ... of the rows' length (one pass for a 4,096-wide row of
 // 32-value units), loads the unit's activations once for all batch rows and then, for each of
@@ -550,6 +608,8 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()
     const int64_t n = (int64_t)n_rows * w.n_in; // the low bytes' offset
     // one unit's loads in flight a thread: unrolled by two, every format was slower (Q4_0 by
     // 10%: registers, so fewer blocks an SM; Q4_K by 1-2%)
+    if constexpr (lean_row1<DT, R, ROUTED>()) lean_units<DT>(w, o0, xq, xd, acc);
+    else
 #pragma unroll 1
     for (int64_t u = threadIdx.x; u < n_units; u += 32 * GEMV_WARPS) {
         wide_xu x[R];

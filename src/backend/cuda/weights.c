@@ -218,8 +218,10 @@ static hx_status upload_wmat(cuda_impl *c, const hx_tensor *t, hx_cuda_wmat *w, 
     const size_t q_bytes = (size_t)w->row_bytes * (size_t)n_out;
     bool ok;
     if (mlx4_as_q4_1(t)) w->dtype = HX_DT_Q4_1;
-    if (w->dtype == HX_DT_Q4_1 && n_out * (n_in / 32) > (int64_t)UINT32_MAX) /* b32_scale */
-        return hx_err_set(err, HX_E_UNSUPPORTED, "cuda: a Q4_1 tensor of more than 2^32 blocks");
+    if ((w->dtype == HX_DT_Q4_0 || w->dtype == HX_DT_Q4_1) && /* b32_scale, lean_units */
+        n_out * (n_in / 32) > (int64_t)UINT32_MAX)
+        return hx_err_set(err, HX_E_UNSUPPORTED, "cuda: a %s tensor of more than 2^32 blocks",
+                          hx_dtypes[w->dtype].name);
     if (is_b32(w->dtype)) {
         w->row_bytes = w->dtype == HX_DT_Q8_0 ? n_in : n_in / 2;
         w->sb_dtype = HX_DT_F16;
