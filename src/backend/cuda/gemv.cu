@@ -540,22 +540,6 @@ constexpr bool lean_row1()
     return R == 1 && !ROUTED && (DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1);
 }
 
-// The lean loops' x for unit u: its 32 values' high and low bytes as words, scale and sum.
-__device__ __forceinline__ wide_xu lean_x(const int8_t *__restrict__ xq,
-                                          const float *__restrict__ xd, uint32_t n, uint32_t u)
-{
-    wide_xu x;
-    const uint4 *ph = (const uint4 *)(xq + u * 32), *pl = (const uint4 *)(xq + n + u * 32);
-    const uint4 h0 = __ldg(ph), h1 = __ldg(ph + 1), l0 = __ldg(pl), l1 = __ldg(pl + 1);
-    const uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w},
-                   lw[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
-#pragma unroll
-    for (int k = 0; k < 8; k++) x.w[0][k] = (int)hw[k], x.w[1][k] = (int)lw[k];
-    x.d = __ldg(xd + u);
-    x.s = x_sum_words<8>(x.w[0], x.w[1]);
-    return x;
-}
-
 // The one-row GEMV's loop for Q4_0/Q4_1 in fewer registers, so that ptxas issues a unit's code
 // loads for all GEMV_ROWS rows together with x's (at 64 registers the general loop's SASS
 // issues two rows' codes, sums them, then each further row's, then the scales: four trips to
@@ -578,7 +562,7 @@ __device__ __forceinline__ void lean_units(const hx_cuda_wmat &w, int64_t o0_64,
 #pragma unroll
         for (int k = 0; k < GEMV_ROWS; k++)
             c[k] = __ldg((const uint4 *)(q + ((uint64_t)min(o0 + k, last) * rb + u * 16)));
-        const wide_xu x = lean_x(xq, xd, n, u);
+        const wide_xu x = wide_x<DT>(xq, xd, n, u);
 #pragma unroll
         for (int k = 0; k < GEMV_ROWS; k++) {
             const uint32_t g = (min(o0 + k, last) * n_units + u) >> shift;
