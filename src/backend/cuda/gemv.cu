@@ -533,11 +533,11 @@ constexpr bool rows_unbranched()
     return R == 1 && (DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1);
 }
 
-// Whether the GEMV takes lean_units: one row of Q4_0/Q4_1, not routed.
+// Whether the GEMV takes lean_units: the unbranched rows (one row of Q4_0/Q4_1), not routed.
 template <int DT, int R, bool ROUTED>
 constexpr bool lean_row1()
 {
-    return R == 1 && !ROUTED && (DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1);
+    return rows_unbranched<DT, R>() && !ROUTED;
 }
 
 // The one-row GEMV's loop for Q4_0/Q4_1 in fewer registers, so that ptxas issues a unit's code
@@ -592,22 +592,24 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()
     const int64_t n = (int64_t)n_rows * w.n_in; // the low bytes' offset
     // one unit's loads in flight a thread: unrolled by two, every format was slower (Q4_0 by
     // 10%: registers, so fewer blocks an SM; Q4_K by 1-2%)
-    if constexpr (lean_row1<DT, R, ROUTED>()) lean_units<DT>(w, o0, xq, xd, acc);
-    else
+    if constexpr (lean_row1<DT, R, ROUTED>()) {
+        lean_units<DT>(w, o0, xq, xd, acc);
+    } else {
 #pragma unroll 1
-    for (int64_t u = threadIdx.x; u < n_units; u += 32 * GEMV_WARPS) {
-        wide_xu x[R];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            if (rows_unbranched<DT, R>() || r < n_rows)
-                x[r] = wide_x<DT>(xq + r * w.n_in, xd + r * (w.n_in / 32), n, u);
-#pragma unroll
-        for (int k = 0; k < GEMV_ROWS; k++) {
-            const int64_t o = o0 + k < w.n_out ? o0 + k : w.n_out - 1;
+        for (int64_t u = threadIdx.x; u < n_units; u += 32 * GEMV_WARPS) {
+            wide_xu x[R];
 #pragma unroll
             for (int r = 0; r < R; r++)
                 if (rows_unbranched<DT, R>() || r < n_rows)
-                    acc[k][r] += wide_dot<DT>(w, o, u, x[r]);
+                    x[r] = wide_x<DT>(xq + r * w.n_in, xd + r * (w.n_in / 32), n, u);
+#pragma unroll
+            for (int k = 0; k < GEMV_ROWS; k++) {
+                const int64_t o = o0 + k < w.n_out ? o0 + k : w.n_out - 1;
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (rows_unbranched<DT, R>() || r < n_rows)
+                        acc[k][r] += wide_dot<DT>(w, o, u, x[r]);
+            }
         }
     }
     gemv_store<R>(acc, o0, n_rows, job);
