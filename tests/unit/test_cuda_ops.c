@@ -1193,12 +1193,15 @@ static int test_attention_kvq(void)
 }
 
 /* rmsnorm at the widths its launches differ by (values a thread holds in registers: up to 4, 8
- * and 16; wider rows loop), against the CPU. */
+ * and 16; wider rows loop), against the CPU: the decode step's few rows (over blocks of a
+ * slice each where d is a multiple of 32, rmsnorm_split_kernel), more rows than those (a block
+ * a row), and in place (a block a row: the slices' blocks would read what others wrote). */
 static int test_rmsnorm_widths(void)
 {
     NEED_GPU();
-    static const int64_t widths[] = {128, 4096, 5003, 12288, 20000};
-    enum { T = 3 };
+    static const int64_t widths[] = {128, 288, 4096, 5003, 12288, 20000};
+    enum { T = 11 };
+    static const int64_t rows[] = {3, T, 3};
     hx_err err = {0};
     CHECK(cpu->reserve(cpu, 20000, 64, &err) == HX_OK);
     for (size_t k = 0; k < HX_COUNTOF(widths); k++) {
@@ -1208,18 +1211,24 @@ static int test_rmsnorm_widths(void)
         float *b = hx_alloc((size_t)(T * d) * sizeof *b);
         float *w_v = hx_alloc((size_t)d * sizeof *w_v);
         CHECK(x && a && b && w_v);
-        fill(x, T * d, -3, 3);
         fill(w_v, d, 0.5f, 1.5f);
         const hx_tensor w = {.dtype = HX_DT_F32, .n_dims = 1, .shape = {d}, .data = w_v,
                              .n_bytes = (size_t)d * sizeof *w_v}; /* kept: see the file comment */
-        float *dx = dev(x, T * d), *dout = dev(NULL, T * d);
-        gpu->rmsnorm(gpu, dx, &w, T, d, 1e-5f, dout);
-        back(a, dout, T * d);
-        cpu->rmsnorm(cpu, x, &w, T, d, 1e-5f, b);
-        const double e = rel_err(a, b, T * d);
-        if (!(e <= 1e-5)) CHECK_FAIL("rows of %lld: relative error %.3g", (long long)d, e);
-        gpu->free(gpu, dx);
-        gpu->free(gpu, dout);
+        for (size_t c = 0; c < HX_COUNTOF(rows); c++) {
+            const int64_t n = rows[c];
+            const bool in_place = c == 2;
+            fill(x, n * d, -3, 3);
+            float *dx = dev(x, n * d), *dout = in_place ? dx : dev(NULL, n * d);
+            gpu->rmsnorm(gpu, dx, &w, n, d, 1e-5f, dout);
+            back(a, dout, n * d);
+            cpu->rmsnorm(cpu, x, &w, n, d, 1e-5f, b);
+            const double e = rel_err(a, b, n * d);
+            if (!(e <= 1e-5))
+                CHECK_FAIL("%lld rows of %lld%s: relative error %.3g", (long long)n, (long long)d,
+                           in_place ? ", in place" : "", e);
+            gpu->free(gpu, dx);
+            if (!in_place) gpu->free(gpu, dout);
+        }
         hx_free(x);
         hx_free(a);
         hx_free(b);

@@ -96,7 +96,7 @@ __device__ __forceinline__ hx_cuda_gemv_job gemv_job(const gemv_set &set, int64_
 // The block's job as gemv_job gives it or, ROUTED, as its pair's route says: the weight its
 // expert's (read after the wait for the kernel ahead, which wrote the ids), the output and x
 // moved to the pair's rows (one row of x: R is 1).
-template <bool ROUTED, typename XQ, typename XD>
+template <bool ROUTED, int ROWS, typename XQ, typename XD>
 __device__ __forceinline__ hx_cuda_gemv_job gemv_job_of(const gemv_set &set, int64_t *o0, XQ *xq,
                                                         XD *xd)
 {
@@ -106,26 +106,26 @@ __device__ __forceinline__ hx_cuda_gemv_job gemv_job_of(const gemv_set &set, int
         hx_cuda_gemv_job job = set.job[0];
         job.w = set.route.table[set.route.ids[p]];
         job.out += (int64_t)p * job.w.n_out;
-        *o0 = (int64_t)blockIdx.x * GEMV_ROWS;
+        *o0 = (int64_t)blockIdx.x * ROWS;
         const int64_t row = p / set.route.x_div;
         *xq += row * job.w.n_in;
         *xd += row * (job.w.n_in / 32);
         return job;
     } else {
-        return gemv_job(set, o0);
+        return gemv_job<ROWS>(set, o0);
     }
 }
 
-// The start of a GEMV block over a block format: its job (gemv_job_of), then, unless ROUTED
-// (whose wait came before it read the ids), its rows asked of L2 and the wait for the kernel
-// ahead.
-template <bool ROUTED, typename XQ, typename XD>
+// The start of a GEMV block of ROWS output rows over a block format: its job (gemv_job_of),
+// then, unless ROUTED (whose wait came before it read the ids), its rows asked of L2 and the
+// wait for the kernel ahead.
+template <bool ROUTED, int ROWS = GEMV_ROWS, typename XQ, typename XD>
 __device__ __forceinline__ hx_cuda_gemv_job gemv_begin(const gemv_set &set, int64_t *o0, XQ *xq,
                                                        XD *xd)
 {
-    const hx_cuda_gemv_job job = gemv_job_of<ROUTED>(set, o0, xq, xd);
+    const hx_cuda_gemv_job job = gemv_job_of<ROUTED, ROWS>(set, o0, xq, xd);
     if constexpr (!ROUTED) {
-        prefetch_rows(job.w, *o0, GEMV_ROWS);
+        prefetch_rows(job.w, *o0, ROWS);
         after_prior();
     }
     return job;
@@ -504,22 +504,6 @@ __device__ __forceinline__ wide_xu wide_x(const int8_t *xq, const float *xd, int
     return x;
 }
 
-// Blocks an SM is to keep of the one-row wide GEMV, which sets the registers a thread may have
-// (0: no bound). At one row a block's life is short (one trip to memory for its weights, then
-// the sums meet), so the GEMV is bound by how many such trips overlap: by how many blocks an
-// SM holds. Left to itself the compiler gave Q4_1 77 registers, Q8_0 72 and MLX 4-bit 70 (7
-// blocks of 128 threads an SM), Q4_0 64 (8); a version of Q4_0 at 72, with more code after
-// the sums, made an 8B decode 17% slower. Asked for 8 blocks, each fits in 64 (MLX spilling
-// 12 bytes): an 8B MLX 4-bit decode went from 351 to 380 tok/s on an H100. Q4_K fits in 64
-// too since its unit is a 32-value sub-block (it was two at once, in 115 registers). The
-// routed experts' GEMV (blocks finding their weights through a table) is left alone: it would
-// spill.
-template <int DT, int R, bool ROUTED>
-constexpr int wide_blocks()
-{
-    return R != 1 || ROUTED ? 0 : 8;
-}
-
 // Whether the wide GEMV of R rows takes its output rows without a branch around each (whether
 // a batch row r < n_rows): at one row that branch is always taken, but it kept the compiler from
 // issuing one output row's loads before the previous row's sums, so a thread had one trip to
@@ -540,16 +524,46 @@ constexpr bool lean_row1()
     return rows_unbranched<DT, R>() && !ROUTED;
 }
 
+// Output rows a block of the wide GEMV takes: LEAN_ROWS for one row of Q4_0 (each of a
+// thread's trips to memory brings twice the codes, and x's load and the sums' meeting serve
+// twice the rows), else GEMV_ROWS. Alone (H100, hx-gpu-kernels, 4 -> 8 rows), Q4_0: 14,336 x
+// 4,096 12.9 -> 12.4 us, 4,096 x 14,336 (3.5 trips a thread) 15.8 -> 12.7 us, 4,096 x 4,096
+// 5.1 -> 4.8; an 8B Q4_0 decode 431 -> 442 tok/s, Qwen2.5-7B Q4_0 469 -> 477. Slower at 8 rows:
+// Q4_1 (14,336 x 4,096 14.0 -> 14.8 us, the output matrix 106 -> 112; an 8B MLX 4-bit decode,
+// taken as Q4_1, 424 -> 420 tok/s), Q4_K and Q8_0 on wide_dot (13.6 -> 16.6 us, 24.6 -> 26.9).
+constexpr int LEAN_ROWS = 8;
+template <int DT, int R, bool ROUTED>
+constexpr int wide_rows()
+{
+    return DT == HX_DT_Q4_0 && lean_row1<DT, R, ROUTED>() ? LEAN_ROWS : GEMV_ROWS;
+}
+
+// Blocks an SM is to keep of the one-row wide GEMV, which sets the registers a thread may have
+// (0: no bound). At one row a block's life is short (one trip to memory for its weights, then
+// the sums meet), so the GEMV is bound by how many such trips overlap: by how many blocks an
+// SM holds. Left to itself the compiler gave Q4_1 77 registers, Q8_0 72 and MLX 4-bit 70 (7
+// blocks of 128 threads an SM), Q4_0 64 (8); a version of Q4_0 at 72, with more code after
+// the sums, made an 8B decode 17% slower. Asked for 8 blocks, each fits in 64 (MLX spilling
+// 12 bytes): an 8B MLX 4-bit decode went from 351 to 380 tok/s on an H100. Q4_K fits in 64
+// too since its unit is a 32-value sub-block (it was two at once, in 115 registers). The
+// routed experts' GEMV (blocks finding their weights through a table) is left alone: it would
+// spill. Eight rows of Q4_0 (wide_rows) take 119 registers: 4 blocks.
+template <int DT, int R, bool ROUTED>
+constexpr int wide_blocks()
+{
+    return R != 1 || ROUTED ? 0 : wide_rows<DT, R, ROUTED>() == LEAN_ROWS ? 4 : 8;
+}
+
 // The one-row GEMV's loop for Q4_0/Q4_1 in fewer registers, so that ptxas issues a unit's code
-// loads for all GEMV_ROWS rows together with x's (at 64 registers the general loop's SASS
+// loads for all ROWS rows together with x's (at 64 registers the general loop's SASS
 // issues two rows' codes, sums them, then each further row's, then the scales: four trips to
 // memory; bench/gpu/sass_loads.py): offsets in 32 bits from one base each (an upload keeps a
 // weight under 2^32 blocks: weights.c), the rows' scales and x's scale after.
-template <int DT>
+template <int DT, int ROWS>
 __device__ __forceinline__ void lean_units(const hx_cuda_wmat &w, int64_t o0_64,
                                            const int8_t *__restrict__ xq,
                                            const float *__restrict__ xd,
-                                           float (&acc)[GEMV_ROWS][1])
+                                           float (&acc)[ROWS][1])
 {
     const uint32_t n_units = (uint32_t)(w.n_in / 32), rb = (uint32_t)w.row_bytes;
     const uint32_t n = (uint32_t)w.n_in, last = (uint32_t)w.n_out - 1, o0 = (uint32_t)o0_64;
@@ -558,13 +572,13 @@ __device__ __forceinline__ void lean_units(const hx_cuda_wmat &w, int64_t o0_64,
     const uint16_t *sc = (const uint16_t *)w.scales, *bi = (const uint16_t *)w.biases;
 #pragma unroll 1
     for (uint32_t u = threadIdx.x; u < n_units; u += 32 * GEMV_WARPS) {
-        uint4 c[GEMV_ROWS];
+        uint4 c[ROWS];
 #pragma unroll
-        for (int k = 0; k < GEMV_ROWS; k++)
+        for (int k = 0; k < ROWS; k++)
             c[k] = __ldg((const uint4 *)(q + ((uint64_t)min(o0 + k, last) * rb + u * 16)));
         const wide_xu x = wide_x<DT>(xq, xd, n, u);
 #pragma unroll
-        for (int k = 0; k < GEMV_ROWS; k++) {
+        for (int k = 0; k < ROWS; k++) {
             const uint32_t g = (min(o0 + k, last) * n_units + u) >> shift;
             const float d = h2f(__ldg(sc + g));
             const float m = DT == HX_DT_Q4_1 ? h2f(__ldg(bi + g)) : -8.0f * d;
@@ -578,22 +592,23 @@ __device__ __forceinline__ void lean_units(const hx_cuda_wmat &w, int64_t o0_64,
 // The GEMV over the wide formats with x as 16-bit integers (hx_cuda_quantize_x): thread t of the
 // block takes units t, t + 128, ... of the rows' length (one pass for a 4,096-wide row of
 // 32-value units), loads the unit's activations once for all batch rows and then, for each of
-// the block's GEMV_ROWS output rows, its codes, with 16 bytes of codes per load.
+// the block's output rows (wide_rows), its codes, with 16 bytes of codes per load.
 template <int DT, int R, bool ROUTED = false>
 __global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()))
     gemv_wide_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,
                      const float *__restrict__ xd, int n_rows)
 {
+    constexpr int ROWS = wide_rows<DT, R, ROUTED>();
     int64_t o0;
-    const hx_cuda_gemv_job job = gemv_begin<ROUTED>(set, &o0, &xq, &xd);
+    const hx_cuda_gemv_job job = gemv_begin<ROUTED, ROWS>(set, &o0, &xq, &xd);
     const hx_cuda_wmat &w = job.w;
     const int64_t n_units = w.n_in / 32;
-    float acc[GEMV_ROWS][R] = {};
+    float acc[ROWS][R] = {};
     const int64_t n = (int64_t)n_rows * w.n_in; // the low bytes' offset
     // one unit's loads in flight a thread: unrolled by two, every format was slower (Q4_0 by
     // 10%: registers, so fewer blocks an SM; Q4_K by 1-2%)
     if constexpr (lean_row1<DT, R, ROUTED>()) {
-        lean_units<DT>(w, o0, xq, xd, acc);
+        lean_units<DT, ROWS>(w, o0, xq, xd, acc);
     } else {
 #pragma unroll 1
         for (int64_t u = threadIdx.x; u < n_units; u += 32 * GEMV_WARPS) {
@@ -603,7 +618,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()
                 if (rows_unbranched<DT, R>() || r < n_rows)
                     x[r] = wide_x<DT>(xq + r * w.n_in, xd + r * (w.n_in / 32), n, u);
 #pragma unroll
-            for (int k = 0; k < GEMV_ROWS; k++) {
+            for (int k = 0; k < ROWS; k++) {
                 const int64_t o = o0 + k < w.n_out ? o0 + k : w.n_out - 1;
 #pragma unroll
                 for (int r = 0; r < R; r++)
@@ -612,7 +627,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()
             }
         }
     }
-    gemv_store<R>(acc, o0, n_rows, job);
+    gemv_store<R, ROWS>(acc, o0, n_rows, job);
 }
 
 // ---- the tensor-core GEMV, 3 or 5 to 8 rows ----
@@ -992,6 +1007,9 @@ template <int DT> struct GemvLaunch {
         by_rows(n, [&](auto rows) {
             constexpr int R = decltype(rows)::value;
             if constexpr (float_dt<DT>()) launch(gemv_kernel<DT, R>, g, t, 0, s, set, x, n);
+            else if (wide_rows<DT, R, false>() != GEMV_ROWS && !narrow) // (its blocks' rows)
+                launch_int8_gemv<DT, R, false>(blocks(wide_rows<DT, R, false>()), set, xq, xd, n,
+                                               narrow, s);
             else launch_int8_gemv<DT, R, false>(g, set, xq, xd, n, narrow, s);
         });
     }

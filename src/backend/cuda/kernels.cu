@@ -124,6 +124,34 @@ __global__ void __launch_bounds__(1024)
     }
 }
 
+// The decode step's rows, each over RMS_SLICE-value slices, a block a slice: every block sums
+// the whole row's squares (its threads' float4 loads, with the thread's own value in the same
+// trip) and writes its slice. One block of up to 1,024 threads a row (rmsnorm_kernel) waited,
+// under programmatic launch, for an SM to empty of the GEMV ahead before it could start, then
+// reduced over 32 warps and rounded four values a thread; here 16 blocks of 256 threads start
+// in any SM's gaps. Not in place: a block's writes are rows the others read.
+constexpr int RMS_SLICE = 256;
+__global__ void __launch_bounds__(RMS_SLICE)
+    rmsnorm_split_kernel(const float *__restrict__ x, const float *__restrict__ w, int64_t d,
+                         float eps, float *__restrict__ out, int8_t *xq, float *xd)
+{
+    const int64_t i = (int64_t)blockIdx.x * RMS_SLICE + threadIdx.x, r = blockIdx.y;
+    const float wi = i < d ? w[i] : 0.0f;
+    after_prior();
+    const float *xr = x + r * d;
+    const float xi = i < d ? xr[i] : 0.0f;
+    double ss = 0.0;
+    for (int64_t j = 4 * (int64_t)threadIdx.x; j < d; j += 4 * RMS_SLICE) {
+        const float4 v = *(const float4 *)(xr + j);
+        ss += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
+    }
+    const float scale = rms_scale(ss, d, eps);
+    if (i >= d) return; // whole warps (d % 32 == 0), as the rounding needs
+    const float y = xi * scale * wi;
+    out[r * d + i] = y;
+    if (xq) round_x(y, r * d + i, (int64_t)gridDim.y * d, xq, xd);
+}
+
 // Rows wider than 16 values a thread (d > 16,384): the same, reading x twice.
 __global__ void __launch_bounds__(1024)
     rmsnorm_wide_kernel(const float *x, const float *w, int64_t d, float eps, float *out,
@@ -395,6 +423,14 @@ void hx_cuda_add_bias(float *out, const float *bias, int64_t n_rows, int64_t n_o
 void hx_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t d, float eps,
                      float *out, int8_t *xq, float *xd, hx_cuda_stream s)
 {
+    static const bool split_on = !hx_cuda_switched_off("HEARTH_CUDA_RMS_SPLIT");
+    const bool apart = out + n_rows * d <= x || x + n_rows * d <= out;
+    if (split_on && n_rows <= HX_CUDA_GEMV_ROWS && d % 32 == 0 && aligned16(x) && apart) {
+        launch(rmsnorm_split_kernel, dim3((unsigned)((d + RMS_SLICE - 1) / RMS_SLICE),
+                                          (unsigned)n_rows),
+               RMS_SLICE, 0, s, x, w, d, eps, out, xq, xd);
+        return;
+    }
     // A row per block, a thread per ~4 values: its loop carries a warp reduction per trip
     // (the rounding), so trips are latency, and a decode step's few rows are a few blocks.
     const int64_t t = ((d / 4 + 31) / 32) * 32;
