@@ -164,6 +164,33 @@ __device__ __forceinline__ int row_sel(const hx_cuda_draw &p, int64_t V)
     return V < k ? (int)V : k;
 }
 
+// The block's largest key, the lowest index among equals (each thread offers its own best,
+// idx INT32_MAX for none), into *at: what block_select gives for K = 1, in one pass over the
+// keys instead of four radix passes (a greedy row). Every thread of the block calls it.
+__device__ void block_best(uint32_t key, int idx, int *at)
+{
+    __shared__ uint32_t s_key[32];
+    __shared__ int s_idx[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        const uint32_t k = __shfl_xor_sync(0xffffffffu, key, o);
+        const int i = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (k > key || (k == key && i < idx)) key = k, idx = i;
+    }
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) s_key[w] = key, s_idx[w] = idx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int j = 1; j < nw; j++) {
+            if (s_key[j] > key || (s_key[j] == key && s_idx[j] < idx)) {
+                key = s_key[j];
+                idx = s_idx[j];
+            }
+        }
+        *at = idx;
+    }
+    __syncthreads();
+}
+
 // The block's largest v (op 0) or sum (op 1); every thread gets it.
 __device__ float block_reduce(float v, int op, float *red)
 {
@@ -197,10 +224,11 @@ select_segments(const float *logits, int64_t V, const hx_cuda_draw *draws, int n
     __shared__ int sel[TOPK];
     __shared__ float red[32];
     const float *x = logits + (size_t)r * V + lo;
-    uint32_t best = 0;
+    uint32_t best = 0; // (every key is at least 1)
+    int best_i = INT32_MAX;
     for (int i = tid; i < n; i += SEG_THREADS) {
         keys[i] = float_key(x[i]);
-        best = keys[i] > best ? keys[i] : best;
+        if (keys[i] > best) best = keys[i], best_i = i;
     }
     __syncthreads();
     if (p.logprobs) { // NaN (key 1) and -inf add nothing
@@ -217,6 +245,8 @@ select_segments(const float *logits, int64_t V, const hx_cuda_draw *draws, int n
     const int m = n < K ? n : K;
     if (n <= K) {
         for (int i = tid; i < n; i += SEG_THREADS) sel[i] = i;
+    } else if (K == 1) {
+        block_best(best, best_i, sel);
     } else {
         block_select(keys, n, K, hist, sel);
     }
@@ -243,14 +273,22 @@ draw_rows(const hx_cuda_draw *draws, int64_t V, int nseg, const uint32_t *ck, co
     __shared__ int sel[TOPK];
     __shared__ double e[TOPK];
     const size_t at = (size_t)r * nseg * TOPK;
-    block_select(ck + at, nseg * S, S, hist, sel);
+    if (S == 1) { // the best of the segments' bests (in id order), and nothing to sort
+        uint32_t best = 0;
+        int best_j = INT32_MAX;
+        for (int j = tid; j < nseg; j += ROW_THREADS)
+            if (ck[at + j] > best) best = ck[at + j], best_j = j;
+        block_best(best, best_j, sel);
+    } else {
+        block_select(ck + at, nseg * S, S, hist, sel);
+    }
     __syncthreads();
     for (int j = tid; j < TOPK; j += ROW_THREADS) {
         key[j] = j < S ? ck[at + sel[j]] : 0u;
         id[j] = j < S ? cid[at + sel[j]] : INT32_MAX;
     }
     __syncthreads();
-    sort_desc(key, id);
+    if (S > 1) sort_desc(key, id);
     const bool greedy = !(p.temperature > 0.0f);
     const float mx = key_float(key[0]);
     for (int j = tid; j < K && !greedy; j += ROW_THREADS)
