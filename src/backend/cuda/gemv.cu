@@ -402,6 +402,38 @@ __device__ __forceinline__ float unit_sum(const uint32_t (&c)[8], float d, float
     return x.d * (d * (float)x_dot_words<8>(c, x.w[0], x.w[1]) + m * (float)x.s);
 }
 
+// A Q4_K unit's three loads: the 16 bytes opening its super-block (d, dmin, then the 12 bytes
+// of scales) and the 32 bytes of codes it shares with its neighbour sub-block.
+struct q4k_unit {
+    uint4 h, a, b;
+};
+
+__device__ __forceinline__ q4k_unit q4k_load(const uint8_t *row, uint32_t u)
+{
+    const uint8_t *p = row + (u >> 3) * 144;
+    const uint32_t pair = 32 * ((u & 7) >> 1);
+    return {__ldg((const uint4 *)p), __ldg((const uint4 *)(p + 16 + pair)),
+            __ldg((const uint4 *)(p + 32 + pair))};
+}
+
+// Sum over sub-block sb = u % 8 of its super-block, loaded as l, of (d sc q - dmin mn) x.
+__device__ __forceinline__ float q4k_sum(const q4k_unit &l, int sb, const wide_xu &x)
+{
+    constexpr uint32_t LO4 = 0x0F0F0F0Fu;
+    const int sh = 8 * (sb & 3), nib = 4 * (sb & 1);
+    const uint4 h = l.h, a = l.a, b = l.b;
+    const uint32_t c[8] = {(a.x >> nib) & LO4, (a.y >> nib) & LO4, (a.z >> nib) & LO4,
+                           (a.w >> nib) & LO4, (b.x >> nib) & LO4, (b.y >> nib) & LO4,
+                           (b.z >> nib) & LO4, (b.w >> nib) & LO4};
+    // k_scale_min of sub-block sb, from the words rather than an indexed byte array
+    const uint32_t s0 = h.y >> sh, s1 = h.z >> sh, s2 = h.w >> sh;
+    const int sc = sb < 4 ? (int)(s0 & 63) : (int)((s2 & 15) | ((s0 >> 2) & 48));
+    const int mn = sb < 4 ? (int)(s1 & 63) : (int)(((s2 >> 4) & 15) | ((s1 >> 2) & 48));
+    const float d = h2f((uint16_t)h.x), dmin = h2f((uint16_t)(h.x >> 16));
+    return x.d * (d * (float)sc * (float)x_dot_words<8>(c, x.w[0], x.w[1]) -
+                  dmin * (float)(mn * x.s));
+}
+
 // sum over unit u of row o of (d q + m) x: integer dot products (dp4a), then one multiply-add.
 // MLX's nibbles are in a word's order (value e in bits 4e), so its x words come in even/odd
 // order (words 0..3 the even values of each 8, 4..7 the odd ones).
@@ -412,22 +444,7 @@ __device__ __forceinline__ float wide_dot(const hx_cuda_wmat &w, int64_t o, int6
     constexpr uint32_t LO4 = 0x0F0F0F0Fu;
     const uint8_t *row = (const uint8_t *)w.q + o * w.row_bytes;
     if constexpr (DT == HX_DT_Q4_K) {
-        const uint8_t *p = row + (u >> 3) * 144;
-        const int sb = (int)(u & 7), sh = 8 * (sb & 3);
-        const uint4 h = __ldg((const uint4 *)p); // d, dmin, then the 12 bytes of scales
-        const uint4 a = __ldg((const uint4 *)(p + 16 + 32 * (sb >> 1))),
-                    b = __ldg((const uint4 *)(p + 32 + 32 * (sb >> 1)));
-        const int nib = 4 * (sb & 1);
-        const uint32_t c[8] = {(a.x >> nib) & LO4, (a.y >> nib) & LO4, (a.z >> nib) & LO4,
-                               (a.w >> nib) & LO4, (b.x >> nib) & LO4, (b.y >> nib) & LO4,
-                               (b.z >> nib) & LO4, (b.w >> nib) & LO4};
-        // k_scale_min of sub-block sb, from the words rather than an indexed byte array
-        const uint32_t s0 = h.y >> sh, s1 = h.z >> sh, s2 = h.w >> sh;
-        const int sc = sb < 4 ? (int)(s0 & 63) : (int)((s2 & 15) | ((s0 >> 2) & 48));
-        const int mn = sb < 4 ? (int)(s1 & 63) : (int)(((s2 >> 4) & 15) | ((s1 >> 2) & 48));
-        const float d = h2f((uint16_t)h.x), dmin = h2f((uint16_t)(h.x >> 16));
-        return x.d * (d * (float)sc * (float)x_dot_words<8>(c, x.w[0], x.w[1]) -
-                      dmin * (float)(mn * x.s));
+        return q4k_sum(q4k_load(row, (uint32_t)u), (int)(u & 7), x);
     } else if constexpr (DT == HX_DT_Q6_K) {
         const uint8_t *p = row + (u >> 3) * HX_CUDA_Q6_K_BYTES; // 16-byte aligned
         const int sb = (int)(u & 7), half = sb >> 2, t = sb & 3;
@@ -524,6 +541,13 @@ constexpr bool lean_row1()
     return rows_unbranched<DT, R>() && !ROUTED;
 }
 
+// Whether the one-row GEMV takes lean_q4k_units (Q4_K, not routed).
+template <int DT, int R, bool ROUTED>
+constexpr bool lean_q4k()
+{
+    return DT == HX_DT_Q4_K && R == 1 && !ROUTED;
+}
+
 // Output rows a block of the wide GEMV takes: LEAN_ROWS for one row of Q4_0 (each of a
 // thread's trips to memory brings twice the codes, and x's load and the sums' meeting serve
 // twice the rows), else GEMV_ROWS. Alone (H100, hx-gpu-kernels, 4 -> 8 rows), Q4_0: 14,336 x
@@ -551,7 +575,13 @@ constexpr int wide_rows()
 template <int DT, int R, bool ROUTED>
 constexpr int wide_blocks()
 {
-    return R != 1 || ROUTED ? 0 : wide_rows<DT, R, ROUTED>() == LEAN_ROWS ? 4 : 8;
+#ifndef HX_Q4K_BLOCKS
+#define HX_Q4K_BLOCKS 5
+#endif
+    return R != 1 || ROUTED                          ? 0
+           : wide_rows<DT, R, ROUTED>() == LEAN_ROWS ? 4
+           : lean_q4k<DT, R, ROUTED>()                ? HX_Q4K_BLOCKS
+                                                      : 8;
 }
 
 // The one-row GEMV's loop for Q4_0/Q4_1 in fewer registers, so that ptxas issues a unit's code
@@ -589,6 +619,29 @@ __device__ __forceinline__ void lean_units(const hx_cuda_wmat &w, int64_t o0_64,
     }
 }
 
+// lean_units for Q4_K: the loads of a unit for all ROWS rows (three each) issued with x's before
+// any sum (wide_dot's loop at 64 registers issued two rows' loads, then one row's a trip: four
+// trips to memory a unit; bench/gpu/sass_loads.py).
+template <int ROWS>
+__device__ __forceinline__ void lean_q4k_units(const hx_cuda_wmat &w, int64_t o0_64,
+                                               const int8_t *__restrict__ xq,
+                                               const float *__restrict__ xd,
+                                               float (&acc)[ROWS][1])
+{
+    const uint32_t n_units = (uint32_t)(w.n_in / 32), rb = (uint32_t)w.row_bytes;
+    const uint32_t n = (uint32_t)w.n_in, last = (uint32_t)w.n_out - 1, o0 = (uint32_t)o0_64;
+    const uint8_t *q = (const uint8_t *)w.q;
+#pragma unroll 1
+    for (uint32_t u = threadIdx.x; u < n_units; u += 32 * GEMV_WARPS) {
+        q4k_unit l[ROWS];
+#pragma unroll
+        for (int k = 0; k < ROWS; k++) l[k] = q4k_load(q + (uint64_t)min(o0 + k, last) * rb, u);
+        const wide_xu x = wide_x<HX_DT_Q4_K>(xq, xd, n, u);
+#pragma unroll
+        for (int k = 0; k < ROWS; k++) acc[k][0] += q4k_sum(l[k], (int)(u & 7), x);
+    }
+}
+
 // The GEMV over the wide formats with x as 16-bit integers (hx_cuda_quantize_x): thread t of the
 // block takes units t, t + 128, ... of the rows' length (one pass for a 4,096-wide row of
 // 32-value units), loads the unit's activations once for all batch rows and then, for each of
@@ -609,6 +662,8 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()
     // 10%: registers, so fewer blocks an SM; Q4_K by 1-2%)
     if constexpr (lean_row1<DT, R, ROUTED>()) {
         lean_units<DT, ROWS>(w, o0, xq, xd, acc);
+    } else if constexpr (lean_q4k<DT, R, ROUTED>()) {
+        lean_q4k_units<ROWS>(w, o0, xq, xd, acc);
     } else {
 #pragma unroll 1
         for (int64_t u = threadIdx.x; u < n_units; u += 32 * GEMV_WARPS) {
