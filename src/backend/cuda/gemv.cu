@@ -541,6 +541,12 @@ constexpr bool lean_row1()
     return rows_unbranched<DT, R>() && !ROUTED;
 }
 
+// Blocks an SM of the one-row Q4_K GEMV (lean_q4k_units says why 5; a -D for
+// bench/gpu/sass_loads.py --define).
+#ifndef HX_Q4K_BLOCKS
+#define HX_Q4K_BLOCKS 5
+#endif
+
 // Whether the one-row GEMV takes lean_q4k_units (Q4_K, not routed).
 template <int DT, int R, bool ROUTED>
 constexpr bool lean_q4k()
@@ -571,13 +577,10 @@ constexpr int wide_rows()
 // 12 bytes): an 8B MLX 4-bit decode went from 351 to 380 tok/s on an H100. Q4_K fits in 64
 // too since its unit is a 32-value sub-block (it was two at once, in 115 registers). The
 // routed experts' GEMV (blocks finding their weights through a table) is left alone: it would
-// spill. Eight rows of Q4_0 (wide_rows) take 119 registers: 4 blocks.
+// spill. Eight rows of Q4_0 (wide_rows) take 119 registers: 4 blocks; Q4_K's lean loop 90: 5.
 template <int DT, int R, bool ROUTED>
 constexpr int wide_blocks()
 {
-#ifndef HX_Q4K_BLOCKS
-#define HX_Q4K_BLOCKS 5
-#endif
     return R != 1 || ROUTED                          ? 0
            : wide_rows<DT, R, ROUTED>() == LEAN_ROWS ? 4
            : lean_q4k<DT, R, ROUTED>()                ? HX_Q4K_BLOCKS
@@ -621,7 +624,11 @@ __device__ __forceinline__ void lean_units(const hx_cuda_wmat &w, int64_t o0_64,
 
 // lean_units for Q4_K: the loads of a unit for all ROWS rows (three each) issued with x's before
 // any sum (wide_dot's loop at 64 registers issued two rows' loads, then one row's a trip: four
-// trips to memory a unit; bench/gpu/sass_loads.py).
+// trips to memory a unit; bench/gpu/sass_loads.py). ptxas issues them all at once only at 5
+// blocks an SM (90 registers; at 6 it splits them again), and there it is the faster (H100,
+// hx-gpu-kernels: 4,096 x 4,096 6.26 -> 5.00 us, 4,096 x 14,336 18.9 -> 16.7; an 8B Q4_K
+// decode 419 -> 427 tok/s). The same for Q4_1 (all 17 loads at once from 6 blocks, 74
+// registers) was slower: 4,096 x 14,336 16.2 -> 17.8 us, an 8B MLX 4-bit decode 444 -> 439.
 template <int ROWS>
 __device__ __forceinline__ void lean_q4k_units(const hx_cuda_wmat &w, int64_t o0_64,
                                                const int8_t *__restrict__ xq,
