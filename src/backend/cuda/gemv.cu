@@ -587,32 +587,43 @@ constexpr int wide_blocks()
                                                       : 8;
 }
 
+// A lean loop's view of a weight and of the block's first row, in 32 bits: offsets from one base
+// each (an upload keeps a weight under 2^32 blocks: weights.c).
+struct lean_view {
+    uint32_t       n_units, rb, n, last, o0;
+    const uint8_t *q;
+
+    __device__ __forceinline__ lean_view(const hx_cuda_wmat &w, int64_t o0_64)
+        : n_units((uint32_t)(w.n_in / 32)), rb((uint32_t)w.row_bytes), n((uint32_t)w.n_in),
+          last((uint32_t)w.n_out - 1), o0((uint32_t)o0_64), q((const uint8_t *)w.q)
+    {
+    }
+};
+
 // The one-row GEMV's loop for Q4_0/Q4_1 in fewer registers, so that ptxas issues a unit's code
 // loads for all ROWS rows together with x's (at 64 registers the general loop's SASS
 // issues two rows' codes, sums them, then each further row's, then the scales: four trips to
-// memory; bench/gpu/sass_loads.py): offsets in 32 bits from one base each (an upload keeps a
-// weight under 2^32 blocks: weights.c), the rows' scales and x's scale after.
+// memory; bench/gpu/sass_loads.py): 32-bit offsets (lean_view), the rows' scales and x's scale
+// after.
 template <int DT, int ROWS>
 __device__ __forceinline__ void lean_units(const hx_cuda_wmat &w, int64_t o0_64,
                                            const int8_t *__restrict__ xq,
                                            const float *__restrict__ xd,
                                            float (&acc)[ROWS][1])
 {
-    const uint32_t n_units = (uint32_t)(w.n_in / 32), rb = (uint32_t)w.row_bytes;
-    const uint32_t n = (uint32_t)w.n_in, last = (uint32_t)w.n_out - 1, o0 = (uint32_t)o0_64;
+    const lean_view v(w, o0_64);
     const uint32_t shift = (uint32_t)b32_shift<DT>(w); // scales per 32 values: 0 but MLX groups
-    const uint8_t *q = (const uint8_t *)w.q;
     const uint16_t *sc = (const uint16_t *)w.scales, *bi = (const uint16_t *)w.biases;
 #pragma unroll 1
-    for (uint32_t u = threadIdx.x; u < n_units; u += 32 * GEMV_WARPS) {
+    for (uint32_t u = threadIdx.x; u < v.n_units; u += 32 * GEMV_WARPS) {
         uint4 c[ROWS];
 #pragma unroll
         for (int k = 0; k < ROWS; k++)
-            c[k] = __ldg((const uint4 *)(q + ((uint64_t)min(o0 + k, last) * rb + u * 16)));
-        const wide_xu x = wide_x<DT>(xq, xd, n, u);
+            c[k] = __ldg((const uint4 *)(v.q + ((uint64_t)min(v.o0 + k, v.last) * v.rb + u * 16)));
+        const wide_xu x = wide_x<DT>(xq, xd, v.n, u);
 #pragma unroll
         for (int k = 0; k < ROWS; k++) {
-            const uint32_t g = (min(o0 + k, last) * n_units + u) >> shift;
+            const uint32_t g = (min(v.o0 + k, v.last) * v.n_units + u) >> shift;
             const float d = h2f(__ldg(sc + g));
             const float m = DT == HX_DT_Q4_1 ? h2f(__ldg(bi + g)) : -8.0f * d;
             uint32_t cw[8];
@@ -635,15 +646,14 @@ __device__ __forceinline__ void lean_q4k_units(const hx_cuda_wmat &w, int64_t o0
                                                const float *__restrict__ xd,
                                                float (&acc)[ROWS][1])
 {
-    const uint32_t n_units = (uint32_t)(w.n_in / 32), rb = (uint32_t)w.row_bytes;
-    const uint32_t n = (uint32_t)w.n_in, last = (uint32_t)w.n_out - 1, o0 = (uint32_t)o0_64;
-    const uint8_t *q = (const uint8_t *)w.q;
+    const lean_view v(w, o0_64);
 #pragma unroll 1
-    for (uint32_t u = threadIdx.x; u < n_units; u += 32 * GEMV_WARPS) {
+    for (uint32_t u = threadIdx.x; u < v.n_units; u += 32 * GEMV_WARPS) {
         q4k_unit l[ROWS];
 #pragma unroll
-        for (int k = 0; k < ROWS; k++) l[k] = q4k_load(q + (uint64_t)min(o0 + k, last) * rb, u);
-        const wide_xu x = wide_x<HX_DT_Q4_K>(xq, xd, n, u);
+        for (int k = 0; k < ROWS; k++)
+            l[k] = q4k_load(v.q + (uint64_t)min(v.o0 + k, v.last) * v.rb, u);
+        const wide_xu x = wide_x<HX_DT_Q4_K>(xq, xd, v.n, u);
 #pragma unroll
         for (int k = 0; k < ROWS; k++) acc[k][0] += q4k_sum(l[k], (int)(u & 7), x);
     }
