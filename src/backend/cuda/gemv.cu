@@ -402,36 +402,73 @@ __device__ __forceinline__ float unit_sum(const uint32_t (&c)[8], float d, float
     return x.d * (d * (float)x_dot_words<8>(c, x.w[0], x.w[1]) + m * (float)x.s);
 }
 
-// A Q4_K unit's three loads: the 16 bytes opening its super-block (d, dmin, then the 12 bytes
-// of scales) and the 32 bytes of codes it shares with its neighbour sub-block.
-struct q4k_unit {
+// A K-quant unit's loads (k_load), then its sum (k_sum): apart, so that a lean loop issues
+// every row's loads before any sum. Q4_K: the 16 bytes opening its super-block (d, dmin, then
+// the 12 bytes of scales) and the 32 bytes of codes it shares with its neighbour sub-block.
+// Q6_K: its low 4 bits (32 bytes), its high 2 bits (32 bytes shared by the half's four
+// quarters), its two 16-value scales and the super-block's d.
+template <int DT> struct k_unit;
+template <> struct k_unit<HX_DT_Q4_K> {
     uint4 h, a, b;
 };
+template <> struct k_unit<HX_DT_Q6_K> {
+    uint4    l0, l1, h0, h1;
+    uint16_t sc2, d;
+};
 
-__device__ __forceinline__ q4k_unit q4k_load(const uint8_t *row, uint32_t u)
+template <int DT>
+__device__ __forceinline__ k_unit<DT> k_load(const uint8_t *row, uint32_t u)
 {
-    const uint8_t *p = row + (u >> 3) * 144;
-    const uint32_t pair = 32 * ((u & 7) >> 1);
-    return {__ldg((const uint4 *)p), __ldg((const uint4 *)(p + 16 + pair)),
-            __ldg((const uint4 *)(p + 32 + pair))};
+    if constexpr (DT == HX_DT_Q4_K) {
+        const uint8_t *p = row + (u >> 3) * 144;
+        const uint32_t pair = 32 * ((u & 7) >> 1);
+        return {__ldg((const uint4 *)p), __ldg((const uint4 *)(p + 16 + pair)),
+                __ldg((const uint4 *)(p + 32 + pair))};
+    } else {
+        const uint8_t *p = row + (u >> 3) * HX_CUDA_Q6_K_BYTES; // 16-byte aligned
+        const uint32_t sb = u & 7, half = sb >> 2, t = sb & 3;
+        return {__ldg((const uint4 *)(p + 64 * half + 32 * (t & 1))),
+                __ldg((const uint4 *)(p + 64 * half + 32 * (t & 1) + 16)),
+                __ldg((const uint4 *)(p + 128 + 32 * half)),
+                __ldg((const uint4 *)(p + 144 + 32 * half)),
+                __ldg((const uint16_t *)(p + 192 + 8 * half + 2 * t)),
+                __ldg((const uint16_t *)(p + 208))};
+    }
 }
 
-// Sum over sub-block sb = u % 8 of its super-block, loaded as l, of (d sc q - dmin mn) x.
-__device__ __forceinline__ float q4k_sum(const q4k_unit &l, int sb, const wide_xu &x)
+// Sum over sub-block u % 8 of its super-block, loaded as l, of its weights times x.
+template <int DT>
+__device__ __forceinline__ float k_sum(const k_unit<DT> &l, uint32_t u, const wide_xu &x)
 {
     constexpr uint32_t LO4 = 0x0F0F0F0Fu;
-    const int sh = 8 * (sb & 3), nib = 4 * (sb & 1);
-    const uint4 h = l.h, a = l.a, b = l.b;
-    const uint32_t c[8] = {(a.x >> nib) & LO4, (a.y >> nib) & LO4, (a.z >> nib) & LO4,
-                           (a.w >> nib) & LO4, (b.x >> nib) & LO4, (b.y >> nib) & LO4,
-                           (b.z >> nib) & LO4, (b.w >> nib) & LO4};
-    // k_scale_min of sub-block sb, from the words rather than an indexed byte array
-    const uint32_t s0 = h.y >> sh, s1 = h.z >> sh, s2 = h.w >> sh;
-    const int sc = sb < 4 ? (int)(s0 & 63) : (int)((s2 & 15) | ((s0 >> 2) & 48));
-    const int mn = sb < 4 ? (int)(s1 & 63) : (int)(((s2 >> 4) & 15) | ((s1 >> 2) & 48));
-    const float d = h2f((uint16_t)h.x), dmin = h2f((uint16_t)(h.x >> 16));
-    return x.d * (d * (float)sc * (float)x_dot_words<8>(c, x.w[0], x.w[1]) -
-                  dmin * (float)(mn * x.s));
+    const int sb = (int)(u & 7);
+    if constexpr (DT == HX_DT_Q4_K) {
+        const int sh = 8 * (sb & 3), nib = 4 * (sb & 1);
+        const uint4 h = l.h, a = l.a, b = l.b;
+        const uint32_t c[8] = {(a.x >> nib) & LO4, (a.y >> nib) & LO4, (a.z >> nib) & LO4,
+                               (a.w >> nib) & LO4, (b.x >> nib) & LO4, (b.y >> nib) & LO4,
+                               (b.z >> nib) & LO4, (b.w >> nib) & LO4};
+        // k_scale_min of sub-block sb, from the words rather than an indexed byte array
+        const uint32_t s0 = h.y >> sh, s1 = h.z >> sh, s2 = h.w >> sh;
+        const int sc = sb < 4 ? (int)(s0 & 63) : (int)((s2 & 15) | ((s0 >> 2) & 48));
+        const int mn = sb < 4 ? (int)(s1 & 63) : (int)(((s2 >> 4) & 15) | ((s1 >> 2) & 48));
+        const float d = h2f((uint16_t)h.x), dmin = h2f((uint16_t)(h.x >> 16));
+        return x.d * (d * (float)sc * (float)x_dot_words<8>(c, x.w[0], x.w[1]) -
+                      dmin * (float)(mn * x.s));
+    } else {
+        const int t = sb & 3, ls = 4 * (t >> 1), hs = 2 * t;
+        const uint32_t lw[8] = {l.l0.x, l.l0.y, l.l0.z, l.l0.w, l.l1.x, l.l1.y, l.l1.z, l.l1.w},
+                       hw[8] = {l.h0.x, l.h0.y, l.h0.z, l.h0.w, l.h1.x, l.h1.y, l.h1.z, l.h1.w};
+        uint32_t c[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            c[k] = ((lw[k] >> ls) & LO4) | (((hw[k] >> hs) & 0x03030303u) << 4);
+        const int s0 = x_sum_words<4>(x.w[0], x.w[1]); // over values 0..15
+        const int a = x_dot_words<4>(c, x.w[0], x.w[1]) - 32 * s0,
+                  b = x_dot_words<4>(c + 4, x.w[0] + 4, x.w[1] + 4) - 32 * (x.s - s0);
+        return x.d * h2f(l.d) *
+               ((float)(int8_t)l.sc2 * (float)a + (float)(int8_t)(l.sc2 >> 8) * (float)b);
+    }
 }
 
 // sum over unit u of row o of (d q + m) x: integer dot products (dp4a), then one multiply-add.
@@ -441,30 +478,9 @@ template <int DT>
 __device__ __forceinline__ float wide_dot(const hx_cuda_wmat &w, int64_t o, int64_t u,
                                           const wide_xu &x)
 {
-    constexpr uint32_t LO4 = 0x0F0F0F0Fu;
     const uint8_t *row = (const uint8_t *)w.q + o * w.row_bytes;
-    if constexpr (DT == HX_DT_Q4_K) {
-        return q4k_sum(q4k_load(row, (uint32_t)u), (int)(u & 7), x);
-    } else if constexpr (DT == HX_DT_Q6_K) {
-        const uint8_t *p = row + (u >> 3) * HX_CUDA_Q6_K_BYTES; // 16-byte aligned
-        const int sb = (int)(u & 7), half = sb >> 2, t = sb & 3;
-        const uint4 l0 = __ldg((const uint4 *)(p + 64 * half + 32 * (t & 1))),
-                    l1 = __ldg((const uint4 *)(p + 64 * half + 32 * (t & 1) + 16));
-        const uint4 h0 = __ldg((const uint4 *)(p + 128 + 32 * half)),
-                    h1 = __ldg((const uint4 *)(p + 144 + 32 * half));
-        const uint32_t lw[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w},
-                       hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-        const int ls = 4 * (t >> 1), hs = 2 * t;
-        uint32_t c[8];
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            c[k] = ((lw[k] >> ls) & LO4) | (((hw[k] >> hs) & 0x03030303u) << 4);
-        const uint16_t sc2 = __ldg((const uint16_t *)(p + 192 + 8 * half + 2 * t));
-        const float d = h2f(__ldg((const uint16_t *)(p + 208)));
-        const int s0 = x_sum_words<4>(x.w[0], x.w[1]); // over values 0..15
-        const int a = x_dot_words<4>(c, x.w[0], x.w[1]) - 32 * s0,
-                  b = x_dot_words<4>(c + 4, x.w[0] + 4, x.w[1] + 4) - 32 * (x.s - s0);
-        return x.d * d * ((float)(int8_t)sc2 * (float)a + (float)(int8_t)(sc2 >> 8) * (float)b);
+    if constexpr (DT == HX_DT_Q4_K || DT == HX_DT_Q6_K) {
+        return k_sum<DT>(k_load<DT>(row, (uint32_t)u), (uint32_t)u, x);
     } else {
         uint32_t c[8];
         float d, m;
@@ -541,17 +557,20 @@ constexpr bool lean_row1()
     return rows_unbranched<DT, R>() && !ROUTED;
 }
 
-// Blocks an SM of the one-row Q4_K GEMV (lean_q4k_units says why 5; a -D for
+// Blocks an SM of the one-row Q4_K and Q6_K GEMVs (lean_k_units says why 5; -D for
 // bench/gpu/sass_loads.py --define).
 #ifndef HX_Q4K_BLOCKS
 #define HX_Q4K_BLOCKS 5
 #endif
+#ifndef HX_Q6K_BLOCKS
+#define HX_Q6K_BLOCKS 5
+#endif
 
-// Whether the one-row GEMV takes lean_q4k_units (Q4_K, not routed).
+// Whether the one-row GEMV takes lean_k_units (Q4_K or Q6_K, not routed).
 template <int DT, int R, bool ROUTED>
-constexpr bool lean_q4k()
+constexpr bool lean_k()
 {
-    return DT == HX_DT_Q4_K && R == 1 && !ROUTED;
+    return (DT == HX_DT_Q4_K || DT == HX_DT_Q6_K) && R == 1 && !ROUTED;
 }
 
 // Output rows a block of the wide GEMV takes: LEAN_ROWS for one row of Q4_0 (each of a
@@ -577,13 +596,14 @@ constexpr int wide_rows()
 // 12 bytes): an 8B MLX 4-bit decode went from 351 to 380 tok/s on an H100. Q4_K fits in 64
 // too since its unit is a 32-value sub-block (it was two at once, in 115 registers). The
 // routed experts' GEMV (blocks finding their weights through a table) is left alone: it would
-// spill. Eight rows of Q4_0 (wide_rows) take 119 registers: 4 blocks; Q4_K's lean loop 90: 5.
+// spill. Eight rows of Q4_0 (wide_rows) take 119 registers: 4 blocks; the K-quants' lean loop
+// 90-96: 5.
 template <int DT, int R, bool ROUTED>
 constexpr int wide_blocks()
 {
     return R != 1 || ROUTED                          ? 0
            : wide_rows<DT, R, ROUTED>() == LEAN_ROWS ? 4
-           : lean_q4k<DT, R, ROUTED>()                ? HX_Q4K_BLOCKS
+           : lean_k<DT, R, ROUTED>()  ? (DT == HX_DT_Q4_K ? HX_Q4K_BLOCKS : HX_Q6K_BLOCKS)
                                                       : 8;
 }
 
@@ -633,29 +653,31 @@ __device__ __forceinline__ void lean_units(const hx_cuda_wmat &w, int64_t o0_64,
     }
 }
 
-// lean_units for Q4_K: the loads of a unit for all ROWS rows (three each) issued with x's before
-// any sum (wide_dot's loop at 64 registers issued two rows' loads, then one row's a trip: four
-// trips to memory a unit; bench/gpu/sass_loads.py). ptxas issues them all at once only at 5
-// blocks an SM (90 registers; at 6 it splits them again), and there it is the faster (H100,
-// hx-gpu-kernels: 4,096 x 4,096 6.26 -> 5.00 us, 4,096 x 14,336 18.9 -> 16.7; an 8B Q4_K
-// decode 419 -> 427 tok/s). The same for Q4_1 (all 17 loads at once from 6 blocks, 74
-// registers) was slower: 4,096 x 14,336 16.2 -> 17.8 us, an 8B MLX 4-bit decode 444 -> 439.
-template <int ROWS>
-__device__ __forceinline__ void lean_q4k_units(const hx_cuda_wmat &w, int64_t o0_64,
-                                               const int8_t *__restrict__ xq,
-                                               const float *__restrict__ xd,
-                                               float (&acc)[ROWS][1])
+// lean_units for Q4_K and Q6_K: a unit's loads for all ROWS rows (k_load: 3 a row for Q4_K, 6
+// for Q6_K) issued with x's before any sum. wide_dot's loop, held to 64 registers, issued two
+// rows' loads and then a row's a trip: four trips to memory a unit (bench/gpu/sass_loads.py);
+// ptxas issues them all at once only from 5 blocks an SM down (Q4_K 90 registers, Q6_K 96; at
+// 6 it splits them again), and there it is the faster. H100, hx-gpu-kernels, us: Q4_K 4,096 x
+// 4,096 6.26 -> 5.00, 4,096 x 14,336 18.9 -> 16.7; Q6_K 7.9 -> 7.2, 27.1 -> 24.2, 14,336 x
+// 4,096 21.6 -> 19.4; an 8B decode at batch 1, Q4_K 419 -> 427 tok/s, Q4_K_M (Q6_K in half
+// the layers' ffn_down and attn_v) 395-397 -> 400-402. The same for Q4_1 (all 17 loads at once
+// from 6 blocks, 74 registers) was slower: 4,096 x 14,336 16.2 -> 17.8 us, an 8B MLX 4-bit
+// decode 444 -> 439.
+template <int DT, int ROWS>
+__device__ __forceinline__ void lean_k_units(const hx_cuda_wmat &w, int64_t o0_64,
+                                             const int8_t *__restrict__ xq,
+                                             const float *__restrict__ xd, float (&acc)[ROWS][1])
 {
     const lean_view v(w, o0_64);
 #pragma unroll 1
     for (uint32_t u = threadIdx.x; u < v.n_units; u += 32 * GEMV_WARPS) {
-        q4k_unit l[ROWS];
+        k_unit<DT> l[ROWS];
 #pragma unroll
         for (int k = 0; k < ROWS; k++)
-            l[k] = q4k_load(v.q + (uint64_t)min(v.o0 + k, v.last) * v.rb, u);
-        const wide_xu x = wide_x<HX_DT_Q4_K>(xq, xd, v.n, u);
+            l[k] = k_load<DT>(v.q + (uint64_t)min(v.o0 + k, v.last) * v.rb, u);
+        const wide_xu x = wide_x<DT>(xq, xd, v.n, u);
 #pragma unroll
-        for (int k = 0; k < ROWS; k++) acc[k][0] += q4k_sum(l[k], (int)(u & 7), x);
+        for (int k = 0; k < ROWS; k++) acc[k][0] += k_sum<DT>(l[k], u, x);
     }
 }
 
@@ -679,8 +701,8 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()
     // 10%: registers, so fewer blocks an SM; Q4_K by 1-2%)
     if constexpr (lean_row1<DT, R, ROUTED>()) {
         lean_units<DT, ROWS>(w, o0, xq, xd, acc);
-    } else if constexpr (lean_q4k<DT, R, ROUTED>()) {
-        lean_q4k_units<ROWS>(w, o0, xq, xd, acc);
+    } else if constexpr (lean_k<DT, R, ROUTED>()) {
+        lean_k_units<DT, ROWS>(w, o0, xq, xd, acc);
     } else {
 #pragma unroll 1
         for (int64_t u = threadIdx.x; u < n_units; u += 32 * GEMV_WARPS) {
