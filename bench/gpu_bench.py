@@ -5,6 +5,7 @@ model decode and prefill against them, and aggregate decode under concurrent str
 usage: gpu_bench.py [--build build] [--dir /tmp/hx-shapes] [--models SPEC,...] [--out FILE]
                     [--quick] [--runs 3] [--gen 256] [--prompt-tokens 2048] [--streams 8,32,64]
                     [--stream-gen 128] [--no-serve] [--gib 4] [--ab VAR=VALUE]
+                    [--against BUILD]
 
 1. Ceilings: BUILD/hx-gpu-roofline (bench/gpu/roofline.cu) measures HBM read bandwidth and the
    cuBLAS bf16/f16 GEMM rate; its JSON line is read. Without it (a build where nvcc was not
@@ -41,7 +42,10 @@ usage: gpu_bench.py [--build build] [--dir /tmp/hx-shapes] [--models SPEC,...] [
 switch such as HEARTH_CUDA_F16_WEIGHTS=0): every `hearth run` figure is taken both ways, the
 processes alternating (A, B, A, B, ...) so that a drift of the machine's speed falls on both;
 the servers run one after the other. Each model then has two rows, the second named with the
-setting, and a line of B/A ratios follows the table.
+setting, and a line of B/A ratios follows the table. --against BUILD does the same with another
+build's hearth as B (a branch against main, both built here and carried to the GPU machine),
+and says whether the two builds' decode texts are the same (a kernel that should only be
+faster must not change them).
 
 The script checks first that the hearth binary has a CUDA backend (`hearth devices --json`, or
 `hearth --version` listing cuda where that verb does not exist) and that `hearth run` takes
@@ -253,7 +257,7 @@ def hearth_run(hearth, model, text, gen, ctx, dev, env=None):
         raise BenchError(f"hearth run exited {p.returncode}: {tail(p.stderr)}")
     return {"n_prompt": int(m.group(1)), "prompt_ms": float(m.group(3)),
             "prompt_tps": float(m.group(4)), "n_gen": int(m.group(5)),
-            "decode_tps": float(m.group(6)), "first_ms": float(m.group(7))}
+            "decode_tps": float(m.group(6)), "first_ms": float(m.group(7)), "text": p.stdout}
 
 
 def median_of(runs, key):
@@ -389,13 +393,13 @@ def alternating(n, variants, fn):
 
 
 def bench_model(a, hearth, dev, spec, roof, variants):
-    """The figures of one model for each variant (a label and an environment, None for ours):
-    a result per variant."""
+    """The figures of one model for each variant (a label, an environment, None for ours, and a
+    hearth, None for `hearth`): a result per variant."""
     path, gen_s = ensure_model(spec, a.dir, a.layers)
     log(f"{spec}: {path}" + (f" (written in {gen_s:.1f} s)" if gen_s else ""))
     wb, mp, n_params, arch = weights_of(hearth, path)
     rs = []
-    for label, _ in variants:
+    for label, _, _ in variants:
         r = {"spec": spec + (f" {label}" if label else ""), "path": path, "arch": arch,
              "bytes_per_token": wb, "matmul_params": mp, "n_params": n_params}
         if gen_s:
@@ -407,11 +411,14 @@ def bench_model(a, hearth, dev, spec, roof, variants):
     short = STORY[:48]
     ctx = -(-max(a.prompt_tokens + 64, a.gen + 128) // 256) * 256
     decs = alternating(a.runs, variants,
-                       lambda v: hearth_run(hearth, path, short, a.gen, ctx, dev, v[1]))
+                       lambda v: hearth_run(v[2] or hearth, path, short, a.gen, ctx, dev, v[1]))
     text = prompt_text(hearth, path, a.prompt_tokens)
     pres = alternating(a.runs, variants,
-                       lambda v: hearth_run(hearth, path, text, 1, ctx, dev, v[1]))
+                       lambda v: hearth_run(v[2] or hearth, path, text, 1, ctx, dev, v[1]))
     for r, dec, pre in zip(rs, decs, pres):
+        r["decode_texts"] = len({x["text"] for x in dec})  # 1: every run wrote the same
+        if r is not rs[0]:
+            r["same_text"] = {x["text"] for x in dec} == {x["text"] for x in decs[0]}
         name = f"  {r['env']}: " if r.get("env") else "  "
         r["decode_tps"] = median_of(dec, "decode_tps")
         r["decode_runs"] = [x["decode_tps"] for x in dec]
@@ -433,10 +440,10 @@ def bench_model(a, hearth, dev, spec, roof, variants):
                 f"{r['prefill_ceiling_tps']:.0f} tok/s ({mp / 1e9:.2f}B matmul parameters), "
                 f"prefill at {r['prefill_of_ceiling']:.0%}")
     if not a.no_serve:
-        for r, (label, env) in zip(rs, variants):
+        for r, (label, env, other) in zip(rs, variants):
             if label:
                 log(f"  serving with {label}:")
-            r["serve"] = serve_figures(hearth, path, dev, a.counts, a.stream_gen,
+            r["serve"] = serve_figures(other or hearth, path, dev, a.counts, a.stream_gen,
                                        max(a.serve_ctx, ctx), text, a.runs, env)
             w = r["serve"]["warm_prefill"]
             if r.get("prefill_ceiling_tps"):
@@ -461,6 +468,8 @@ def ratios(results, counts):
             if str(n) in sa and str(n) in sb:
                 x = sb[str(n)]["aggregate_tps"] / sa[str(n)]["aggregate_tps"]
                 parts.append(f"{n} streams {x:.3f}")
+        if "same_text" in b:
+            parts.append("the same decode text" if b["same_text"] else "DECODE TEXT DIFFERS")
         lines.append(f"{a_['spec']}, {b['env']} / without: " + ", ".join(parts))
     for line in lines:
         log(line)
@@ -537,6 +546,8 @@ def main():
     ap.add_argument("--gib", type=float, default=4, help="hx-gpu-roofline's read buffer")
     ap.add_argument("--ab", metavar="VAR=VALUE", help="every figure also with this environment "
                     "setting, the runs alternating; B/A ratios at the end")
+    ap.add_argument("--against", metavar="BUILD", help="every figure also with BUILD's hearth, "
+                    "the runs alternating; B/A ratios and whether the texts agree at the end")
     # for testing this script without a GPU: --device cpu, and a layer count override
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     ap.add_argument("--layers", type=int, help=argparse.SUPPRESS)
@@ -562,12 +573,19 @@ def main():
     if roof:
         log(f"ceilings: HBM read {roof['hbm_read_gbs']:.0f} GB/s, bf16 {roof['bf16_tflops']:.0f}"
             f" TFLOP/s, f16 {roof['f16_tflops']:.0f} TFLOP/s ({roof['gpu']})")
-    variants = [("", None)]
+    variants = [("", None, None)]
+    if a.ab and a.against:
+        sys.exit("gpu_bench: --ab and --against compare two ways; give one")
     if a.ab:
         var, eq, val = a.ab.partition("=")
         if not var or not eq:
             sys.exit(f"gpu_bench: --ab wants VAR=VALUE, not '{a.ab}'")
-        variants.append((a.ab, dict(os.environ, **{var: val})))
+        variants.append((a.ab, dict(os.environ, **{var: val}), None))
+    if a.against:
+        other = os.path.join(a.against, "hearth")
+        _, other_info = check_hearth(other, a.device)
+        log(f"against: {other} ({other_info})")
+        variants.append((f"against {a.against}", None, other))
     results = []
     for spec in models:
         try:
@@ -576,15 +594,16 @@ def main():
             log(f"{spec}: FAILED: {e}")
             results.append({"spec": spec, "error": str(e)})
     table(results, roof, [] if a.no_serve else a.counts)
-    ab_lines = ratios(results, [] if a.no_serve else a.counts) if a.ab else []
+    compared = a.ab or a.against
+    ab_lines = ratios(results, [] if a.no_serve else a.counts) if compared else []
     doc = {"hearth": info, "device": a.device, "roofline": roof,
            "settings": {"runs": a.runs, "gen": a.gen, "prompt_tokens": a.prompt_tokens,
                         "streams": a.counts, "stream_gen": a.stream_gen, "serve": not a.no_serve,
                         "dir": a.dir, "layers": a.layers},
            "targets": {"decode_of_roofline": DECODE_TARGET, "prefill_of_ceiling": PREFILL_TARGET},
            "models": results, "wall_s": round(time.monotonic() - t_start, 1)}
-    if a.ab:
-        doc["ab"] = {"setting": a.ab, "ratios": ab_lines}
+    if compared:
+        doc["ab"] = {"setting": a.ab or f"against {a.against}", "ratios": ab_lines}
     if out:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         with open(out, "w") as f:
