@@ -416,7 +416,6 @@ def bench_model(a, hearth, dev, spec, roof, variants):
     pres = alternating(a.runs, variants,
                        lambda v: hearth_run(v[2] or hearth, path, text, 1, ctx, dev, v[1]))
     for r, dec, pre in zip(rs, decs, pres):
-        r["decode_texts"] = len({x["text"] for x in dec})  # 1: every run wrote the same
         if r is not rs[0]:
             r["same_text"] = {x["text"] for x in dec} == {x["text"] for x in decs[0]}
         name = f"  {r['env']}: " if r.get("env") else "  "

@@ -1201,7 +1201,10 @@ static int test_rmsnorm_widths(void)
     NEED_GPU();
     static const int64_t widths[] = {128, 288, 4096, 5003, 12288, 20000};
     enum { T = 11 };
-    static const int64_t rows[] = {3, T, 3};
+    static const struct {
+        int64_t n;
+        bool    in_place;
+    } runs[] = {{3, false}, {T, false}, {3, true}};
     hx_err err = {0};
     CHECK(cpu->reserve(cpu, 20000, 64, &err) == HX_OK);
     for (size_t k = 0; k < HX_COUNTOF(widths); k++) {
@@ -1214,9 +1217,9 @@ static int test_rmsnorm_widths(void)
         fill(w_v, d, 0.5f, 1.5f);
         const hx_tensor w = {.dtype = HX_DT_F32, .n_dims = 1, .shape = {d}, .data = w_v,
                              .n_bytes = (size_t)d * sizeof *w_v}; /* kept: see the file comment */
-        for (size_t c = 0; c < HX_COUNTOF(rows); c++) {
-            const int64_t n = rows[c];
-            const bool in_place = c == 2;
+        for (size_t c = 0; c < HX_COUNTOF(runs); c++) {
+            const int64_t n = runs[c].n;
+            const bool in_place = runs[c].in_place;
             fill(x, n * d, -3, 3);
             float *dx = dev(x, n * d), *dout = in_place ? dx : dev(NULL, n * d);
             gpu->rmsnorm(gpu, dx, &w, n, d, 1e-5f, dout);

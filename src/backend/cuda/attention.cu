@@ -548,13 +548,14 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
         // that multiplied each row as it arrived waited one round trip per key. A key past the
         // end re-reads the chunk's last row with weight 0 (its lane's e).
         const int32_t n_keys = last - c0 + 1 < 32 ? last - c0 + 1 : 32;
+        constexpr int VB = dec_v_batch<NV, KQ>();
         if constexpr (KQ != KV_F16) {
             // the same with quantized rows: a lane's 4 dimensions are in one group
-            for (int j0 = 0; j0 < n_keys; j0 += DEC_V_BATCH) {
-                uint32_t cb[DEC_V_BATCH][NV];
-                float sb[DEC_V_BATCH][NV], mb[DEC_V_BATCH][NV], pb[DEC_V_BATCH];
+            for (int j0 = 0; j0 < n_keys; j0 += VB) {
+                uint32_t cb[VB][NV];
+                float sb[VB][NV], mb[VB][NV], pb[VB];
 #pragma unroll
-                for (int u = 0; u < DEC_V_BATCH; u++) {
+                for (int u = 0; u < VB; u++) {
                     const int jj = j0 + u, src = jj < n_keys ? jj : n_keys - 1;
                     pb[u] = __shfl_sync(0xffffffffu, e, jj);
                     const int32_t bj = __shfl_sync(0xffffffffu, blk, src);
@@ -569,7 +570,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
                     }
                 }
 #pragma unroll
-                for (int u = 0; u < DEC_V_BATCH; u++)
+                for (int u = 0; u < VB; u++)
 #pragma unroll
                     for (int k = 0; k < NV; k++)
 #pragma unroll
@@ -577,7 +578,6 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
                             acc[k][x] += pb[u] * (mb[u][k] + sb[u][k] * byte_f(cb[u][k], x));
             }
         } else {
-            constexpr int VB = dec_v_batch<NV, KQ>();
             for (int j0 = 0; j0 < n_keys; j0 += VB) {
                 uint2 vb[VB][NV];
                 float pb[VB];

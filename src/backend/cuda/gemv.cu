@@ -579,7 +579,8 @@ constexpr bool lean_k()
 // 4,096 12.9 -> 12.4 us, 4,096 x 14,336 (3.5 trips a thread) 15.8 -> 12.7 us, 4,096 x 4,096
 // 5.1 -> 4.8; an 8B Q4_0 decode 431 -> 442 tok/s, Qwen2.5-7B Q4_0 469 -> 477. Slower at 8 rows:
 // Q4_1 (14,336 x 4,096 14.0 -> 14.8 us, the output matrix 106 -> 112; an 8B MLX 4-bit decode,
-// taken as Q4_1, 424 -> 420 tok/s), Q4_K and Q8_0 on wide_dot (13.6 -> 16.6 us, 24.6 -> 26.9).
+// taken as Q4_1, 424 -> 420 tok/s), Q8_0 and Q4_K (then on wide_dot's loop: 24.6 -> 26.9 us,
+// 13.6 -> 16.6).
 constexpr int LEAN_ROWS = 8;
 template <int DT, int R, bool ROUTED>
 constexpr int wide_rows()
@@ -1100,11 +1101,11 @@ template <int DT> struct GemvLaunch {
         const unsigned g = blocks(GEMV_ROWS), t = 32 * GEMV_WARPS;
         by_rows(n, [&](auto rows) {
             constexpr int R = decltype(rows)::value;
+            // the wide kernel's blocks take wide_rows rows (narrow MLX groups take the byte-slice
+            // kernel, of GEMV_ROWS)
+            const int per = narrow ? GEMV_ROWS : wide_rows<DT, R, false>();
             if constexpr (float_dt<DT>()) launch(gemv_kernel<DT, R>, g, t, 0, s, set, x, n);
-            else if (wide_rows<DT, R, false>() != GEMV_ROWS && !narrow) // (its blocks' rows)
-                launch_int8_gemv<DT, R, false>(blocks(wide_rows<DT, R, false>()), set, xq, xd, n,
-                                               narrow, s);
-            else launch_int8_gemv<DT, R, false>(g, set, xq, xd, n, narrow, s);
+            else launch_int8_gemv<DT, R, false>(blocks(per), set, xq, xd, n, narrow, s);
         });
     }
 };
