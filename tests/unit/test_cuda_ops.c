@@ -359,12 +359,30 @@ static int test_keep_dequantized(void)
  * group, or a block for 32 or rows of an odd number of groups: 448 values of 64); bf16 ones
  * with a value outside it (1e-7); f32 ones. Each on the GEMV (1 row), the tensor-core
  * GEMV (5) and cuBLAS (37). */
+/* One row of Q4_0 and Q4_1 through the streamed GEMV (gemv.cu): rows of more than one tile of
+ * 4,096 values with a short last one, more groups of 8 output rows than the launch has blocks
+ * (so a block takes several, its copies running ahead across them) and a short last group; 2
+ * rows take the wide kernel over the same weight. */
+static int test_gemv_stream(void)
+{
+    NEED_GPU();
+    static const hx_dtype fmts[] = {HX_DT_Q4_0, HX_DT_Q4_1};
+    const int64_t n_out = 4099, n_in = 4864, rows[] = {1, 2};
+    static weight ws[HX_COUNTOF(fmts)];
+    for (size_t f = 0; f < HX_COUNTOF(fmts); f++) {
+        if (weight_make(&ws[f], fmts[f], n_out, n_in)) return 1;
+        if (check_matmul(&ws[f], rows, HX_COUNTOF(rows))) return 1;
+    }
+    return 0;
+}
+
 static int test_mlx4_layouts(void)
 {
     NEED_GPU();
     static const struct { hx_dtype sb; int32_t gs; bool outside_f16; int64_t n_in; } cases[] = {
         {HX_DT_F16, 64, false, 512},  {HX_DT_BF16, 32, false, 512}, {HX_DT_BF16, 128, true, 512},
         {HX_DT_F32, 64, false, 512},  {HX_DT_BF16, 128, false, 512}, {HX_DT_F16, 64, false, 448},
+        {HX_DT_F16, 64, false, 4608}, /* two tiles of the streamed GEMV, the second short */
     };
     const int64_t n_out = 67, rows[] = {1, 5, 37};
     static weight ws[HX_COUNTOF(cases)];
@@ -1437,6 +1455,7 @@ static const check_case cases[] = {
     { "device_names", test_device_names },
     { "matmul_formats", test_matmul_formats },
     { "mlx4_layouts", test_mlx4_layouts },
+    { "gemv_stream", test_gemv_stream },
     { "matmul_chunks", test_matmul_chunks },
     { "gemm_input_reuse", test_gemm_input_reuse },
     { "gemv_input_reuse", test_gemv_input_reuse },

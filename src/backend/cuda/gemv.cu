@@ -81,15 +81,16 @@ struct gemv_set {
 };
 static_assert(HX_CUDA_GEMV_SET == 3, "gemv_job picks among three");
 
-// This block's job, and its first output row (blocks of ROWS output rows).
+// The job of group b of ROWS output rows (by default this block's), and its first output row.
 template <int ROWS = GEMV_ROWS>
-__device__ __forceinline__ hx_cuda_gemv_job gemv_job(const gemv_set &set, int64_t *o0)
+__device__ __forceinline__ hx_cuda_gemv_job gemv_job(const gemv_set &set, int64_t *o0,
+                                                     uint32_t b = blockIdx.x)
 {
     int j = 0;
 #pragma unroll
     for (int k = 1; k < HX_CUDA_GEMV_SET; k++)
-        if (k < set.n && blockIdx.x >= set.start[k]) j = k;
-    *o0 = (int64_t)(blockIdx.x - set.start[j]) * ROWS;
+        if (k < set.n && b >= set.start[k]) j = k;
+    *o0 = (int64_t)(b - set.start[j]) * ROWS;
     return j == 0 ? set.job[0] : j == 1 ? set.job[1] : set.job[2];
 }
 
@@ -725,6 +726,121 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()
     gemv_store<R, ROWS>(acc, o0, n_rows, job);
 }
 
+// ---- the streamed one-row GEMV (Q4_0, Q4_1) ----
+//
+// A block of the wide kernel makes one trip to memory for its rows, sums them and ends, so at one
+// row that GEMV goes as fast as such trips overlap: while a block's sums meet, while it is
+// launched and while it waits for x, it asks memory for nothing (on an H200, whose bandwidth is
+// 1.5 times an H100's, the wide kernel read an 8B model's gate and up at 3.0 of 4.6 TB/s alone).
+// Here a block stays: it takes the groups of STREAM_ROWS output rows b, b + grid, ..., each in
+// tiles of STREAM_UNITS units (a unit a thread), and copies the codes and scales of the tiles
+// after the one it sums into shared memory with cp.async, in no registers. The first is asked
+// for before the wait for the kernel ahead (a weight is written by nothing in flight): under
+// programmatic dependent launch a GEMV after a short kernel (attention, an rmsnorm, the GLU)
+// finds its first tile in shared memory when x is ready. The same sums in the same order as
+// lean_units (the same text out).
+//
+// Measured on an H100 (8B decode at batch 1, 256 tokens, three runs each, alternated): tiles a
+// block x blocks an SM, 2 x 5 (the default) against the wide kernel: MLX 4-bit (taken as Q4_1)
+// 444.7-448.3 -> 461.6-462.8 tok/s, Llama-3.2-1B Q4_0 1,537-1,547 -> 1,565-1,572, Qwen2.5-7B
+// Q4_0 498-502 -> 500-504, Llama-3.1-8B Q4_0 463.7-465.4 -> 463.0-463.4. Deeper (4 x 2: 423 for
+// 8B Q4_0; 3 x 3: 434; 3 x 4: 457-459) or fewer blocks (2 x 4: 461-462) were slower there, and
+// so was the stream for rows of one tile only (8B Q4_0 460, MLX 442). The H100's bandwidth is
+// what the wide kernel already nearly fills; HEARTH_CUDA_STREAM_STAGES (2 to 5) and
+// HEARTH_CUDA_STREAM_BLOCKS (1 to 5) are there to measure it again where there is more (an
+// H200); HEARTH_CUDA_GEMV_STREAM=0: the wide kernel.
+constexpr int STREAM_ROWS = 8;
+constexpr int STREAM_UNITS = 32 * GEMV_WARPS;
+constexpr int STREAM_MOST_BLOCKS = 5; // 92 registers a thread: 5 blocks of 128 an SM
+
+// One tile in shared memory: its rows' codes, a thread's unit at [row][thread], and their
+// scales (and Q4_1's offsets) at [row][unit >> b32_shift].
+template <int DT>
+struct stream_tile {
+    uint4    codes[STREAM_ROWS][STREAM_UNITS];
+    uint16_t sc[STREAM_ROWS][STREAM_UNITS];
+    uint16_t bi[DT == HX_DT_Q4_1 ? STREAM_ROWS : 1][STREAM_UNITS];
+};
+
+// Copies tile `tile` of the group at row o0 of job's weight into t, asynchronously: 16 bytes of
+// codes a row a thread, and the rows' scales (and offsets) in 16-byte pieces, a piece a thread
+// (stream_fits: every row's scales of a tile are whole pieces, 16-byte aligned).
+template <int DT>
+__device__ __forceinline__ void stream_copy(stream_tile<DT> &t, const hx_cuda_gemv_job &job,
+                                            int64_t o0, uint32_t tile)
+{
+    const lean_view v(job.w, o0);
+    const uint32_t u0 = tile * STREAM_UNITS, nu = min((uint32_t)STREAM_UNITS, v.n_units - u0);
+    const uint32_t i = threadIdx.x, u = u0 + (i < nu ? i : 0);
+#pragma unroll
+    for (int k = 0; k < STREAM_ROWS; k++)
+        cp_async16(&t.codes[k][i], v.q + (uint64_t)min(v.o0 + k, v.last) * v.rb + u * 16, i < nu);
+    const uint32_t shift = (uint32_t)b32_shift<DT>(job.w), per_row = (nu >> shift) / 8;
+    if (i < STREAM_ROWS * per_row) {
+        const uint32_t k = i / per_row, c = 8 * (i % per_row);
+        const uint32_t g = ((min(v.o0 + k, v.last) * v.n_units + u0) >> shift) + c;
+        cp_async16(&t.sc[k][c], (const uint16_t *)job.w.scales + g, true);
+        if constexpr (DT == HX_DT_Q4_1)
+            cp_async16(&t.bi[k][c], (const uint16_t *)job.w.biases + g, true);
+    }
+}
+
+template <int DT, int STAGES>
+__global__ void __launch_bounds__(STREAM_UNITS, STREAM_MOST_BLOCKS)
+    gemv_stream_kernel(const __grid_constant__ gemv_set set, const int8_t *__restrict__ xq,
+                       const float *__restrict__ xd, uint32_t n_groups)
+{
+    extern __shared__ uint4 stream_smem[];
+    stream_tile<DT> *tiles_at = (stream_tile<DT> *)stream_smem;
+    const hx_cuda_wmat &w0 = set.job[0].w; // every job's n_in and group are one (join_gemv)
+    const uint32_t n_units = (uint32_t)(w0.n_in / 32);
+    const uint32_t tiles = (n_units + STREAM_UNITS - 1) / STREAM_UNITS;
+    const uint32_t n_items = (n_groups - blockIdx.x + gridDim.x - 1) / gridDim.x * tiles;
+    const uint32_t shift = (uint32_t)b32_shift<DT>(w0), i = threadIdx.x;
+    // item j: tile j % tiles of this block's group j / tiles
+    auto copy = [&](uint32_t j) {
+        int64_t o0;
+        const hx_cuda_gemv_job job =
+            gemv_job<STREAM_ROWS>(set, &o0, blockIdx.x + j / tiles * gridDim.x);
+        stream_copy<DT>(tiles_at[j % STAGES], job, o0, j % tiles);
+    };
+    for (uint32_t j = 0; j < STAGES - 1; j++) {
+        if (j < n_items) copy(j);
+        cp_async_commit();
+    }
+    after_prior();
+    float acc[STREAM_ROWS][1] = {};
+    wide_xu x;
+    uint32_t x_tile = UINT32_MAX;
+    for (uint32_t j = 0; j < n_items; j++) {
+        const uint32_t tile = j % tiles, u = tile * STREAM_UNITS + i;
+        if (tile != x_tile && u < n_units) x = wide_x<DT>(xq, xd, w0.n_in, u), x_tile = tile;
+        cp_async_wait<STAGES - 2>(); // this thread's copies of item j are in
+        __syncthreads(); // and everyone's; and item j - 1's tile is free for item j + stages - 1
+        if (j + STAGES - 1 < n_items) copy(j + STAGES - 1);
+        cp_async_commit();
+        const stream_tile<DT> &t = tiles_at[j % STAGES];
+        if (u < n_units) {
+#pragma unroll
+            for (int k = 0; k < STREAM_ROWS; k++) {
+                const float d = h2f(t.sc[k][i >> shift]);
+                const float m = DT == HX_DT_Q4_1 ? h2f(t.bi[k][i >> shift]) : -8.0f * d;
+                uint32_t cw[8];
+                nibble_words(t.codes[k][i], cw);
+                acc[k][0] += unit_sum(cw, d, m, x);
+            }
+        }
+        if (tile == tiles - 1) { // the group's sums meet
+            int64_t o0;
+            const hx_cuda_gemv_job job =
+                gemv_job<STREAM_ROWS>(set, &o0, blockIdx.x + j / tiles * gridDim.x);
+            gemv_store<1, STREAM_ROWS>(acc, o0, 1, job);
+#pragma unroll
+            for (int k = 0; k < STREAM_ROWS; k++) acc[k][0] = 0.0f;
+        }
+    }
+}
+
 // ---- the tensor-core GEMV, 3 or 5 to 8 rows ----
 //
 // Beyond one row the GEMVs above are bound by arithmetic, not by the weights they share: each
@@ -1055,6 +1171,67 @@ void launch_int8_gemv(dim3 g, const gemv_set &set, const int8_t *xq, const float
         launch(gemv_i8_kernel<DT, R, ROUTED>, g, t, 0, s, set, xq, xd, n);
 }
 
+// A knob of the streamed GEMV: the integer in environment variable name, def where it is unset
+// or outside [lo, hi].
+int stream_knob(const char *name, int lo, int hi, int def)
+{
+    const char *e = getenv(name);
+    const int v = e ? atoi(e) : def;
+    return v < lo || v > hi ? def : v;
+}
+
+// Whether the streamed GEMV takes these jobs at one row: from sm_80 (cp.async), unless
+// HEARTH_CUDA_GEMV_STREAM=0, where a tile's scales are whole 16-byte pieces a row and every copy's
+// source is 16-byte aligned.
+template <int DT>
+bool stream_fits(const hx_cuda_gemv_job *jobs, int n_jobs, int stages)
+{
+    static const bool off = hx_cuda_switched_off("HEARTH_CUDA_GEMV_STREAM");
+    if (off || device_major() < 8 || (int)sizeof(stream_tile<DT>) * stages > smem_optin())
+        return false;
+    for (int k = 0; k < n_jobs; k++) {
+        const hx_cuda_wmat &w = jobs[k].w;
+        const int shift = DT == HX_DT_Q4_1 ? __builtin_ffs(w.group_size) - 6 : 0;
+        if (shift < 0 || w.n_in % (256 << shift) != 0 || !aligned16(w.q) ||
+            !aligned16(w.scales) || (DT == HX_DT_Q4_1 && !aligned16(w.biases)))
+            return false;
+    }
+    return true;
+}
+
+// The streamed GEMV over n_groups groups of output rows (set.start in groups), STAGES tiles in
+// shared memory a block: per_sm blocks an SM, or a block a group where there are fewer.
+template <int DT, int STAGES>
+void launch_stream_at(unsigned n_groups, const gemv_set &set, const int8_t *xq, const float *xd,
+                      hx_cuda_stream s, int per_sm)
+{
+    const int smem = (int)sizeof(stream_tile<DT>) * STAGES;
+    static bool sized = false; // the opt-in above 48 KiB, once per process
+    if (!sized) {
+        cudaFuncSetAttribute(gemv_stream_kernel<DT, STAGES>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        sized = true;
+    }
+    const int sms = device_attr<cudaDevAttrMultiProcessorCount>();
+    const unsigned most = (unsigned)(sms > 0 ? sms : 1) * (unsigned)per_sm;
+    launch(gemv_stream_kernel<DT, STAGES>, n_groups < most ? n_groups : most, STREAM_UNITS,
+           (size_t)smem, s, set, xq, xd, n_groups);
+}
+
+// launch_stream_at for the run-time tiles a block.
+template <int DT>
+void launch_stream(unsigned n_groups, const gemv_set &set, const int8_t *xq, const float *xd,
+                   hx_cuda_stream s, int stages)
+{
+    static const int per_sm = stream_knob("HEARTH_CUDA_STREAM_BLOCKS", 1, STREAM_MOST_BLOCKS, 5);
+    switch (stages) {
+    case 3: launch_stream_at<DT, 3>(n_groups, set, xq, xd, s, per_sm); break;
+    case 4: launch_stream_at<DT, 4>(n_groups, set, xq, xd, s, per_sm); break;
+    case 5: launch_stream_at<DT, 5>(n_groups, set, xq, xd, s, per_sm); break;
+    default: launch_stream_at<DT, 2>(n_groups, set, xq, xd, s, per_sm); break;
+    }
+}
+
 template <int DT> struct GemvLaunch {
     static void run(const hx_cuda_gemv_job *jobs, int n_jobs, const float *x, const int8_t *xq,
                     const float *xd, int64_t n_rows, hx_cuda_stream s)
@@ -1095,6 +1272,13 @@ template <int DT> struct GemvLaunch {
                 }
                 launch(gemv_mma_kernel<DT>, blocks(MMA_ROWS), 32 * MMA_WARPS, (size_t)smem, s, set,
                        xq, xd, n);
+                return;
+            }
+        }
+        if constexpr (DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1) {
+            static const int stages = stream_knob("HEARTH_CUDA_STREAM_STAGES", 2, 5, 2);
+            if (n == 1 && !narrow && stream_fits<DT>(jobs, n_jobs, stages)) {
+                launch_stream<DT>(blocks(STREAM_ROWS), set, xq, xd, s, stages);
                 return;
             }
         }

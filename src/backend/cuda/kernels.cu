@@ -265,11 +265,6 @@ __global__ void glu_kernel(const float *gate, const float *up, int64_t n, int ac
 
 // The element-wise kernels four values a thread where the arrays allow 16-byte accesses (the
 // prefill's rows: 16 to 60 MB an op, which one float a thread moves at a third of the HBM rate).
-inline bool aligned16(const void *p)
-{
-    return ((uintptr_t)p & 15) == 0;
-}
-
 __global__ void glu4_kernel(const float4 *gate, const float4 *up, int64_t n4, int act, float4 *out)
 {
     after_prior();

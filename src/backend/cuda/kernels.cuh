@@ -269,6 +269,12 @@ __device__ __forceinline__ void sub32(const hx_cuda_wmat &w, int64_t o, int64_t 
     }
 }
 
+// Whether p allows 16-byte accesses.
+inline bool aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15) == 0;
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
 {
     return (uint32_t)__cvta_generic_to_shared(p);
