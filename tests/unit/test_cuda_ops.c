@@ -359,14 +359,14 @@ static int test_keep_dequantized(void)
  * group, or a block for 32 or rows of an odd number of groups: 448 values of 64); bf16 ones
  * with a value outside it (1e-7); f32 ones. Each on the GEMV (1 row), the tensor-core
  * GEMV (5) and cuBLAS (37). */
-/* One row of Q4_0 and Q4_1 through the streamed GEMV (gemv.cu): rows of more than one tile of
- * 4,096 values with a short last one, more groups of 8 output rows than the launch has blocks
- * (so a block takes several, its copies running ahead across them) and a short last group; 2
- * rows take the wide kernel over the same weight. */
+/* One row of Q4_0, Q4_1 and Q4_K through the streamed GEMV (gemv.cu): rows of more than
+ * one tile of 4,096 values with a short last one, more groups of 8 output rows than the launch
+ * has blocks (so a block takes several, its copies running ahead across them) and a short last
+ * group; 2 rows take another kernel over the same weight. */
 static int test_gemv_stream(void)
 {
     NEED_GPU();
-    static const hx_dtype fmts[] = {HX_DT_Q4_0, HX_DT_Q4_1};
+    static const hx_dtype fmts[] = {HX_DT_Q4_0, HX_DT_Q4_1, HX_DT_Q4_K};
     const int64_t n_out = 4099, n_in = 4864, rows[] = {1, 2};
     static weight ws[HX_COUNTOF(fmts)];
     for (size_t f = 0; f < HX_COUNTOF(fmts); f++) {

@@ -417,23 +417,37 @@ template <> struct k_unit<HX_DT_Q6_K> {
     uint16_t sc2, d;
 };
 
+// A K-quant super-block's bytes on the device (16-byte aligned).
 template <int DT>
+constexpr int k_sb_bytes()
+{
+    return DT == HX_DT_Q4_K ? 144 : HX_CUDA_Q6_K_BYTES;
+}
+
+// *p, through the read-only cache, or a plain load (SHARED: p is in shared memory).
+template <bool SHARED, typename T>
+__device__ __forceinline__ T k_ld(const uint8_t *p)
+{
+    if constexpr (SHARED) return *(const T *)p;
+    else return __ldg((const T *)p);
+}
+
+template <int DT, bool SHARED = false>
 __device__ __forceinline__ k_unit<DT> k_load(const uint8_t *row, uint32_t u)
 {
+    const uint8_t *p = row + (u >> 3) * k_sb_bytes<DT>();
     if constexpr (DT == HX_DT_Q4_K) {
-        const uint8_t *p = row + (u >> 3) * 144;
         const uint32_t pair = 32 * ((u & 7) >> 1);
-        return {__ldg((const uint4 *)p), __ldg((const uint4 *)(p + 16 + pair)),
-                __ldg((const uint4 *)(p + 32 + pair))};
+        return {k_ld<SHARED, uint4>(p), k_ld<SHARED, uint4>(p + 16 + pair),
+                k_ld<SHARED, uint4>(p + 32 + pair)};
     } else {
-        const uint8_t *p = row + (u >> 3) * HX_CUDA_Q6_K_BYTES; // 16-byte aligned
         const uint32_t sb = u & 7, half = sb >> 2, t = sb & 3;
-        return {__ldg((const uint4 *)(p + 64 * half + 32 * (t & 1))),
-                __ldg((const uint4 *)(p + 64 * half + 32 * (t & 1) + 16)),
-                __ldg((const uint4 *)(p + 128 + 32 * half)),
-                __ldg((const uint4 *)(p + 144 + 32 * half)),
-                __ldg((const uint16_t *)(p + 192 + 8 * half + 2 * t)),
-                __ldg((const uint16_t *)(p + 208))};
+        return {k_ld<SHARED, uint4>(p + 64 * half + 32 * (t & 1)),
+                k_ld<SHARED, uint4>(p + 64 * half + 32 * (t & 1) + 16),
+                k_ld<SHARED, uint4>(p + 128 + 32 * half),
+                k_ld<SHARED, uint4>(p + 144 + 32 * half),
+                k_ld<SHARED, uint16_t>(p + 192 + 8 * half + 2 * t),
+                k_ld<SHARED, uint16_t>(p + 208)};
     }
 }
 
@@ -726,7 +740,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()
     gemv_store<R, ROWS>(acc, o0, n_rows, job);
 }
 
-// ---- the streamed one-row GEMV (Q4_0, Q4_1) ----
+// ---- the streamed one-row GEMV (Q4_0, Q4_1, Q4_K) ----
 //
 // A block of the wide kernel makes one trip to memory for its rows, sums them and ends, so at one
 // row that GEMV goes as fast as such trips overlap: while a block's sums meet, while it is
@@ -738,50 +752,96 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()
 // for before the wait for the kernel ahead (a weight is written by nothing in flight): under
 // programmatic dependent launch a GEMV after a short kernel (attention, an rmsnorm, the GLU)
 // finds its first tile in shared memory when x is ready. The same sums in the same order as
-// lean_units (the same text out).
+// lean_units and lean_k_units (the same text out).
 //
 // Measured on an H100 (8B decode at batch 1, 256 tokens, three runs each, alternated): tiles a
 // block x blocks an SM, 2 x 5 (the default) against the wide kernel: MLX 4-bit (taken as Q4_1)
 // 444.7-448.3 -> 461.6-462.8 tok/s, Llama-3.2-1B Q4_0 1,537-1,547 -> 1,565-1,572, Qwen2.5-7B
 // Q4_0 498-502 -> 500-504, Llama-3.1-8B Q4_0 463.7-465.4 -> 463.0-463.4. Deeper (4 x 2: 423 for
 // 8B Q4_0; 3 x 3: 434; 3 x 4: 457-459) or fewer blocks (2 x 4: 461-462) were slower there, and
-// so was the stream for rows of one tile only (8B Q4_0 460, MLX 442). The H100's bandwidth is
-// what the wide kernel already nearly fills; HEARTH_CUDA_STREAM_STAGES (2 to 5) and
+// so was the stream for rows of one tile only (8B Q4_0 460, MLX 442); Q4_K: stream_k. The H100's
+// bandwidth is what the wide kernel already nearly fills; HEARTH_CUDA_STREAM_STAGES (2 to 5) and
 // HEARTH_CUDA_STREAM_BLOCKS (1 to 5) are there to measure it again where there is more (an
 // H200); HEARTH_CUDA_GEMV_STREAM=0: the wide kernel.
 constexpr int STREAM_ROWS = 8;
 constexpr int STREAM_UNITS = 32 * GEMV_WARPS;
-constexpr int STREAM_MOST_BLOCKS = 5; // 92 registers a thread: 5 blocks of 128 an SM
+constexpr int STREAM_MOST_BLOCKS = 5; // 83-90 registers a thread: 5 blocks of 128 an SM
 
-// One tile in shared memory: its rows' codes, a thread's unit at [row][thread], and their
-// scales (and Q4_1's offsets) at [row][unit >> b32_shift].
+// Whether DT's one-row GEMV streams a K-quant's super-blocks (else Q4_0/Q4_1's codes and scales).
+// Q4_K only: Q6_K's tiles (28 KB) leave 3 blocks an SM, and on an H100 its GEMVs were slower
+// streamed (hx-gpu-kernels: the output matrix 141 -> 187 us, 4,096 x 14,336 23.9 -> 24.9; an 8B
+// Q4_K_M decode 401 -> 391 tok/s), where Q4_K's were as fast or faster (4,096 x 14,336 16.5 ->
+// 14.3 us, 14,336 x 4,096 13.4 -> 12.8; 8B Q4_K decode 427.6-429.3 -> 428.5-430.8 tok/s).
 template <int DT>
+constexpr bool stream_k()
+{
+    return DT == HX_DT_Q4_K;
+}
+
+// One tile in shared memory. Q4_0/Q4_1: its rows' codes, a thread's unit at [row][thread], and
+// their scales (and Q4_1's offsets) at [row][unit >> b32_shift]. K-quants: its rows' 16
+// super-blocks, as they lie in memory.
+template <int DT, bool K = stream_k<DT>()>
 struct stream_tile {
     uint4    codes[STREAM_ROWS][STREAM_UNITS];
     uint16_t sc[STREAM_ROWS][STREAM_UNITS];
     uint16_t bi[DT == HX_DT_Q4_1 ? STREAM_ROWS : 1][STREAM_UNITS];
 };
+template <int DT>
+struct stream_tile<DT, true> {
+    uint4 sb[STREAM_ROWS][STREAM_UNITS / 8 * k_sb_bytes<DT>() / 16];
+};
 
-// Copies tile `tile` of the group at row o0 of job's weight into t, asynchronously: 16 bytes of
-// codes a row a thread, and the rows' scales (and offsets) in 16-byte pieces, a piece a thread
-// (stream_fits: every row's scales of a tile are whole pieces, 16-byte aligned).
+// Copies tile `tile` of the group at row o0 of job's weight into t, asynchronously. Q4_0/Q4_1:
+// 16 bytes of codes a row a thread, and the rows' scales (and offsets) in 16-byte pieces, a piece
+// a thread (stream_fits: every row's scales of a tile are whole pieces, 16-byte aligned).
+// K-quants: the rows' super-blocks of the tile in 16-byte pieces, the block's threads in turn.
 template <int DT>
 __device__ __forceinline__ void stream_copy(stream_tile<DT> &t, const hx_cuda_gemv_job &job,
                                             int64_t o0, uint32_t tile)
 {
     const lean_view v(job.w, o0);
     const uint32_t u0 = tile * STREAM_UNITS, nu = min((uint32_t)STREAM_UNITS, v.n_units - u0);
-    const uint32_t i = threadIdx.x, u = u0 + (i < nu ? i : 0);
+    const uint32_t i = threadIdx.x;
+    if constexpr (stream_k<DT>()) {
+        constexpr uint32_t SB = k_sb_bytes<DT>() / 16; // pieces a super-block
+        const uint32_t per_row = nu / 8 * SB;
+        for (uint32_t c = i; c < STREAM_ROWS * per_row; c += STREAM_UNITS) {
+            const uint32_t k = c / per_row, at = c % per_row;
+            const uint8_t *row = v.q + (uint64_t)min(v.o0 + k, v.last) * v.rb;
+            cp_async16(&t.sb[k][at], row + (u0 / 8 * SB + at) * 16, true);
+        }
+    } else {
+        const uint32_t u = u0 + (i < nu ? i : 0);
 #pragma unroll
-    for (int k = 0; k < STREAM_ROWS; k++)
-        cp_async16(&t.codes[k][i], v.q + (uint64_t)min(v.o0 + k, v.last) * v.rb + u * 16, i < nu);
-    const uint32_t shift = (uint32_t)b32_shift<DT>(job.w), per_row = (nu >> shift) / 8;
-    if (i < STREAM_ROWS * per_row) {
-        const uint32_t k = i / per_row, c = 8 * (i % per_row);
-        const uint32_t g = ((min(v.o0 + k, v.last) * v.n_units + u0) >> shift) + c;
-        cp_async16(&t.sc[k][c], (const uint16_t *)job.w.scales + g, true);
-        if constexpr (DT == HX_DT_Q4_1)
-            cp_async16(&t.bi[k][c], (const uint16_t *)job.w.biases + g, true);
+        for (int k = 0; k < STREAM_ROWS; k++)
+            cp_async16(&t.codes[k][i], v.q + (uint64_t)min(v.o0 + k, v.last) * v.rb + u * 16,
+                       i < nu);
+        const uint32_t shift = (uint32_t)b32_shift<DT>(job.w), per_row = (nu >> shift) / 8;
+        if (i < STREAM_ROWS * per_row) {
+            const uint32_t k = i / per_row, c = 8 * (i % per_row);
+            const uint32_t g = ((min(v.o0 + k, v.last) * v.n_units + u0) >> shift) + c;
+            cp_async16(&t.sc[k][c], (const uint16_t *)job.w.scales + g, true);
+            if constexpr (DT == HX_DT_Q4_1)
+                cp_async16(&t.bi[k][c], (const uint16_t *)job.w.biases + g, true);
+        }
+    }
+}
+
+// Row k's sum over this thread's unit of tile t, times x.
+template <int DT>
+__device__ __forceinline__ float stream_sum(const stream_tile<DT> &t, int k, uint32_t shift,
+                                            const wide_xu &x)
+{
+    const uint32_t i = threadIdx.x;
+    if constexpr (stream_k<DT>()) {
+        return k_sum<DT>(k_load<DT, true>((const uint8_t *)t.sb[k], i), i, x);
+    } else {
+        const float d = h2f(t.sc[k][i >> shift]);
+        const float m = DT == HX_DT_Q4_1 ? h2f(t.bi[k][i >> shift]) : -8.0f * d;
+        uint32_t cw[8];
+        nibble_words(t.codes[k][i], cw);
+        return unit_sum(cw, d, m, x);
     }
 }
 
@@ -822,13 +882,7 @@ __global__ void __launch_bounds__(STREAM_UNITS, STREAM_MOST_BLOCKS)
         const stream_tile<DT> &t = tiles_at[j % STAGES];
         if (u < n_units) {
 #pragma unroll
-            for (int k = 0; k < STREAM_ROWS; k++) {
-                const float d = h2f(t.sc[k][i >> shift]);
-                const float m = DT == HX_DT_Q4_1 ? h2f(t.bi[k][i >> shift]) : -8.0f * d;
-                uint32_t cw[8];
-                nibble_words(t.codes[k][i], cw);
-                acc[k][0] += unit_sum(cw, d, m, x);
-            }
+            for (int k = 0; k < STREAM_ROWS; k++) acc[k][0] += stream_sum<DT>(t, k, shift, x);
         }
         if (tile == tiles - 1) { // the group's sums meet
             int64_t o0;
@@ -1192,8 +1246,9 @@ bool stream_fits(const hx_cuda_gemv_job *jobs, int n_jobs, int stages)
     for (int k = 0; k < n_jobs; k++) {
         const hx_cuda_wmat &w = jobs[k].w;
         const int shift = DT == HX_DT_Q4_1 ? __builtin_ffs(w.group_size) - 6 : 0;
-        if (shift < 0 || w.n_in % (256 << shift) != 0 || !aligned16(w.q) ||
-            !aligned16(w.scales) || (DT == HX_DT_Q4_1 && !aligned16(w.biases)))
+        if (shift < 0 || w.n_in % (256 << shift) != 0 || !aligned16(w.q)) return false;
+        if (!stream_k<DT>() &&
+            (!aligned16(w.scales) || (DT == HX_DT_Q4_1 && !aligned16(w.biases))))
             return false;
     }
     return true;
@@ -1212,8 +1267,11 @@ void launch_stream_at(unsigned n_groups, const gemv_set &set, const int8_t *xq, 
                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         sized = true;
     }
+    // no more blocks an SM than its shared memory holds (Q6_K's tiles: 3), so none waits for
+    // another to end
     const int sms = device_attr<cudaDevAttrMultiProcessorCount>();
-    const unsigned most = (unsigned)(sms > 0 ? sms : 1) * (unsigned)per_sm;
+    const int fit = device_attr<cudaDevAttrMaxSharedMemoryPerMultiprocessor>() / (smem + 1024);
+    const unsigned most = (unsigned)(sms > 0 ? sms : 1) * (unsigned)max(1, min(per_sm, fit));
     launch(gemv_stream_kernel<DT, STAGES>, n_groups < most ? n_groups : most, STREAM_UNITS,
            (size_t)smem, s, set, xq, xd, n_groups);
 }
@@ -1275,7 +1333,7 @@ template <int DT> struct GemvLaunch {
                 return;
             }
         }
-        if constexpr (DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1) {
+        if constexpr (DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1 || stream_k<DT>()) {
             static const int stages = stream_knob("HEARTH_CUDA_STREAM_STAGES", 2, 5, 2);
             if (n == 1 && !narrow && stream_fits<DT>(jobs, n_jobs, stages)) {
                 launch_stream<DT>(blocks(STREAM_ROWS), set, xq, xd, s, stages);
