@@ -1246,7 +1246,9 @@ bool stream_fits(const hx_cuda_gemv_job *jobs, int n_jobs, int stages)
     for (int k = 0; k < n_jobs; k++) {
         const hx_cuda_wmat &w = jobs[k].w;
         const int shift = DT == HX_DT_Q4_1 ? __builtin_ffs(w.group_size) - 6 : 0;
-        if (shift < 0 || w.n_in % (256 << shift) != 0 || !aligned16(w.q)) return false;
+        if (shift < 0 || w.n_in % (256 << shift) != 0 || !aligned16(w.q) ||
+            w.group_size != jobs[0].w.group_size) // (the kernel takes job 0's)
+            return false;
         if (!stream_k<DT>() &&
             (!aligned16(w.scales) || (DT == HX_DT_Q4_1 && !aligned16(w.biases))))
             return false;
@@ -1267,8 +1269,8 @@ void launch_stream_at(unsigned n_groups, const gemv_set &set, const int8_t *xq, 
                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         sized = true;
     }
-    // no more blocks an SM than its shared memory holds (Q6_K's tiles: 3), so none waits for
-    // another to end
+    // no more blocks an SM than its shared memory holds (fewer with deeper tiles), so that none
+    // waits for another to end
     const int sms = device_attr<cudaDevAttrMultiProcessorCount>();
     const int fit = device_attr<cudaDevAttrMaxSharedMemoryPerMultiprocessor>() / (smem + 1024);
     const unsigned most = (unsigned)(sms > 0 ? sms : 1) * (unsigned)max(1, min(per_sm, fit));
