@@ -1415,6 +1415,7 @@ static int skip_no_cuda(void)
 #define test_matmul_formats  skip_no_cuda
 #define test_matmul_chunks   skip_no_cuda
 #define test_mlx4_layouts    skip_no_cuda
+#define test_gemv_stream     skip_no_cuda
 #define test_gemv_input_reuse skip_no_cuda
 #define test_gemm_input_reuse skip_no_cuda
 #define test_joined_launches skip_no_cuda
