@@ -8,6 +8,8 @@
 // slices of the rows' length, every row of the batch applied to each dequantized slice while
 // it is in registers). Prefill is matrix bound: weights are dequantized to f16 in row chunks
 // (kernels.cu) and multiplied by cuBLAS on the tensor cores (cuda_backend.c).
+#include <limits.h>
+
 #include "backend/cuda/kernels.cuh"
 
 namespace {
@@ -403,6 +405,19 @@ __device__ __forceinline__ float unit_sum(const uint32_t (&c)[8], float d, float
     return x.d * (d * (float)x_dot_words<8>(c, x.w[0], x.w[1]) + m * (float)x.s);
 }
 
+// sum over a Q4_0/Q4_1 unit, codes c (16 bytes), of (d q + m) x: d and Q4_1's offset m as the
+// f16 bits s and b (Q4_0: m = -8 d, b unused).
+template <int DT>
+__device__ __forceinline__ float b32_unit_sum(const uint4 &c, uint16_t s, uint16_t b,
+                                              const wide_xu &x)
+{
+    const float d = h2f(s);
+    const float m = DT == HX_DT_Q4_1 ? h2f(b) : -8.0f * d;
+    uint32_t cw[8];
+    nibble_words(c, cw);
+    return unit_sum(cw, d, m, x);
+}
+
 // A K-quant unit's loads (k_load), then its sum (k_sum): apart, so that a lean loop issues
 // every row's loads before any sum. Q4_K: the 16 bytes opening its super-block (d, dmin, then
 // the 12 bytes of scales) and the 32 bytes of codes it shares with its neighbour sub-block.
@@ -660,11 +675,8 @@ __device__ __forceinline__ void lean_units(const hx_cuda_wmat &w, int64_t o0_64,
 #pragma unroll
         for (int k = 0; k < ROWS; k++) {
             const uint32_t g = (min(v.o0 + k, v.last) * v.n_units + u) >> shift;
-            const float d = h2f(__ldg(sc + g));
-            const float m = DT == HX_DT_Q4_1 ? h2f(__ldg(bi + g)) : -8.0f * d;
-            uint32_t cw[8];
-            nibble_words(c[k], cw);
-            acc[k][0] += unit_sum(cw, d, m, x);
+            acc[k][0] += b32_unit_sum<DT>(c[k], __ldg(sc + g),
+                                          DT == HX_DT_Q4_1 ? __ldg(bi + g) : (uint16_t)0, x);
         }
     }
 }
@@ -837,11 +849,8 @@ __device__ __forceinline__ float stream_sum(const stream_tile<DT> &t, int k, uin
     if constexpr (stream_k<DT>()) {
         return k_sum<DT>(k_load<DT, true>((const uint8_t *)t.sb[k], i), i, x);
     } else {
-        const float d = h2f(t.sc[k][i >> shift]);
-        const float m = DT == HX_DT_Q4_1 ? h2f(t.bi[k][i >> shift]) : -8.0f * d;
-        uint32_t cw[8];
-        nibble_words(t.codes[k][i], cw);
-        return unit_sum(cw, d, m, x);
+        return b32_unit_sum<DT>(t.codes[k][i], t.sc[k][i >> shift],
+                                DT == HX_DT_Q4_1 ? t.bi[k][i >> shift] : (uint16_t)0, x);
     }
 }
 
@@ -1188,13 +1197,21 @@ int smem_optin()
     return b > 0 ? b : 0;
 }
 
+// The integer in environment variable name, def where it is unset or outside [lo, hi] (the
+// GEMVs' tuning knobs).
+int env_int(const char *name, int lo, int hi, int def)
+{
+    const char *e = getenv(name);
+    const int v = e ? atoi(e) : def;
+    return v < lo || v > hi ? def : v;
+}
+
 // The fewest rows of a dtype the tensor-core GEMV takes: from where it is the faster, measured
 // (Q4_K 3, whose dp4a kernel slows the most with rows; the others 5), or HEARTH_CUDA_MMA_ROWS
 // (1 to 9; 9: never); never before sm_80.
 int mma_rows(int dtype)
 {
-    static const char *env = getenv("HEARTH_CUDA_MMA_ROWS");
-    static const int rows = env && atoi(env) >= 1 ? atoi(env) : 0;
+    static const int rows = env_int("HEARTH_CUDA_MMA_ROWS", 1, INT_MAX, 0);
     if (device_major() < 8) return HX_CUDA_GEMV_ROWS + 1;
     return rows ? rows : dtype == HX_DT_Q4_K ? 3 : 5;
 }
@@ -1223,15 +1240,6 @@ void launch_int8_gemv(dim3 g, const gemv_set &set, const int8_t *xq, const float
         launch(gemv_wide_kernel<DT, R, ROUTED>, g, t, 0, s, set, xq, xd, n);
     else if constexpr (DT == HX_DT_MLX4)
         launch(gemv_i8_kernel<DT, R, ROUTED>, g, t, 0, s, set, xq, xd, n);
-}
-
-// A knob of the streamed GEMV: the integer in environment variable name, def where it is unset
-// or outside [lo, hi].
-int stream_knob(const char *name, int lo, int hi, int def)
-{
-    const char *e = getenv(name);
-    const int v = e ? atoi(e) : def;
-    return v < lo || v > hi ? def : v;
 }
 
 // Whether the streamed GEMV takes these jobs at one row: from sm_80 (cp.async), unless
@@ -1283,7 +1291,7 @@ template <int DT>
 void launch_stream(unsigned n_groups, const gemv_set &set, const int8_t *xq, const float *xd,
                    hx_cuda_stream s, int stages)
 {
-    static const int per_sm = stream_knob("HEARTH_CUDA_STREAM_BLOCKS", 1, STREAM_MOST_BLOCKS, 5);
+    static const int per_sm = env_int("HEARTH_CUDA_STREAM_BLOCKS", 1, STREAM_MOST_BLOCKS, 5);
     switch (stages) {
     case 3: launch_stream_at<DT, 3>(n_groups, set, xq, xd, s, per_sm); break;
     case 4: launch_stream_at<DT, 4>(n_groups, set, xq, xd, s, per_sm); break;
@@ -1336,7 +1344,7 @@ template <int DT> struct GemvLaunch {
             }
         }
         if constexpr (DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1 || stream_k<DT>()) {
-            static const int stages = stream_knob("HEARTH_CUDA_STREAM_STAGES", 2, 5, 2);
+            static const int stages = env_int("HEARTH_CUDA_STREAM_STAGES", 2, 5, 2);
             if (n == 1 && !narrow && stream_fits<DT>(jobs, n_jobs, stages)) {
                 launch_stream<DT>(blocks(STREAM_ROWS), set, xq, xd, s, stages);
                 return;
