@@ -354,11 +354,6 @@ static int test_keep_dequantized(void)
     return 0;
 }
 
-/* MLX 4-bit goes up as Q4_1 when f16 holds its scales and biases exactly, and stays MLX
- * otherwise: f16 ones and bf16 ones in f16's normal range, groups of 64, 32 and 128 (a scale a
- * group, or a block for 32 or rows of an odd number of groups: 448 values of 64); bf16 ones
- * with a value outside it (1e-7); f32 ones. Each on the GEMV (1 row), the tensor-core
- * GEMV (5) and cuBLAS (37). */
 /* One row of Q4_0, Q4_1 and Q4_K through the streamed GEMV (gemv.cu): rows of more than
  * one tile of 4,096 values with a short last one, more groups of 8 output rows than the launch
  * has blocks (so a block takes several, its copies running ahead across them) and a short last
@@ -376,6 +371,11 @@ static int test_gemv_stream(void)
     return 0;
 }
 
+/* MLX 4-bit goes up as Q4_1 when f16 holds its scales and biases exactly, and stays MLX
+ * otherwise: f16 ones and bf16 ones in f16's normal range, groups of 64, 32 and 128 (a scale a
+ * group, or a block for 32 or rows of an odd number of groups: 448 values of 64); bf16 ones
+ * with a value outside it (1e-7); f32 ones. Each on the GEMV (1 row), the tensor-core
+ * GEMV (5) and cuBLAS (37). */
 static int test_mlx4_layouts(void)
 {
     NEED_GPU();
