@@ -772,9 +772,11 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()
 // Q4_0 498-502 -> 500-504, Llama-3.1-8B Q4_0 463.7-465.4 -> 463.0-463.4. Deeper (4 x 2: 423 for
 // 8B Q4_0; 3 x 3: 434; 3 x 4: 457-459) or fewer blocks (2 x 4: 461-462) were slower there, and
 // so was the stream for rows of one tile only (8B Q4_0 460, MLX 442); Q4_K: stream_k. The H100's
-// bandwidth is what the wide kernel already nearly fills; HEARTH_CUDA_STREAM_STAGES (2 to 5) and
-// HEARTH_CUDA_STREAM_BLOCKS (1 to 5) are there to measure it again where there is more (an
-// H200); HEARTH_CUDA_GEMV_STREAM=0: the wide kernel.
+// bandwidth is what the wide kernel already nearly fills. On an H200 (two runs each) the stream
+// gains what it was built for: 8B Q4_0 526-528 -> 550-555 tok/s, Qwen2.5-7B Q4_0 561-565 ->
+// 596-597, 8B Q4_K 462.5-462.7 -> 467.2-467.3, and 2 x 5 is the best there too (3 x 4: 539-540
+// for 8B Q4_0; 4 x 3: 503; 5 x 2: 485). HEARTH_CUDA_STREAM_STAGES (2 to 5) and
+// HEARTH_CUDA_STREAM_BLOCKS (1 to 5) set those two; HEARTH_CUDA_GEMV_STREAM=0: the wide kernel.
 constexpr int STREAM_ROWS = 8;
 constexpr int STREAM_UNITS = 32 * GEMV_WARPS;
 constexpr int STREAM_MOST_BLOCKS = 5; // 83-90 registers a thread: 5 blocks of 128 an SM
