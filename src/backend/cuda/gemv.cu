@@ -792,6 +792,14 @@ constexpr bool stream_k()
     return DT == HX_DT_Q4_K;
 }
 
+// The formats whose one-row GEMV streams: Q4_0 and Q4_1 (MLX 4-bit) by their codes and scales,
+// and the stream_k ones.
+template <int DT>
+constexpr bool streamed()
+{
+    return DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1 || stream_k<DT>();
+}
+
 // One tile in shared memory. Q4_0/Q4_1: its rows' codes, a thread's unit at [row][thread], and
 // their scales (and Q4_1's offsets) at [row][unit >> b32_shift]. K-quants: its rows' 16
 // super-blocks, as they lie in memory.
@@ -1255,7 +1263,7 @@ bool stream_fits(const hx_cuda_gemv_job *jobs, int n_jobs, int stages)
         return false;
     for (int k = 0; k < n_jobs; k++) {
         const hx_cuda_wmat &w = jobs[k].w;
-        const int shift = DT == HX_DT_Q4_1 ? __builtin_ffs(w.group_size) - 6 : 0;
+        const int shift = b32_shift<DT>(w);
         if (shift < 0 || w.n_in % (256 << shift) != 0 || !aligned16(w.q) ||
             w.group_size != jobs[0].w.group_size) // (the kernel takes job 0's)
             return false;
@@ -1345,7 +1353,7 @@ template <int DT> struct GemvLaunch {
                 return;
             }
         }
-        if constexpr (DT == HX_DT_Q4_0 || DT == HX_DT_Q4_1 || stream_k<DT>()) {
+        if constexpr (streamed<DT>()) {
             static const int stages = env_int("HEARTH_CUDA_STREAM_STAGES", 2, 5, 2);
             if (n == 1 && !narrow && stream_fits<DT>(jobs, n_jobs, stages)) {
                 launch_stream<DT>(blocks(STREAM_ROWS), set, xq, xd, s, stages);

@@ -142,10 +142,15 @@ __device__ __forceinline__ void k_scale_min(const uint8_t *s, int j, int *sc, in
 
 // log2 of the 32-value blocks one scale of a Q4_0/Q4_1/Q8_0 upload covers (kernels.h): 0, but 1
 // or 2 for MLX 4-bit taken as Q4_1 with groups of 64 or 128 (so Q4_0 and Q8_0 know it is 0).
+// Host code asks it too (gemv.cu's stream_fits).
 template <int DT>
-__device__ __forceinline__ int b32_shift(const hx_cuda_wmat &w)
+__host__ __device__ __forceinline__ int b32_shift(const hx_cuda_wmat &w)
 {
+#ifdef __CUDA_ARCH__
     return DT == HX_DT_Q4_1 ? __ffs(w.group_size) - 6 : 0;
+#else
+    return DT == HX_DT_Q4_1 ? __builtin_ffs(w.group_size) - 6 : 0;
+#endif
 }
 
 // Scale d and offset m of block j of row o of a Q4_0/Q4_1/Q8_0 weight, which the backend
