@@ -1177,6 +1177,63 @@ static const struct {
     {HX_KV_Q8, 256, 4, 2, 20, 50.0f}, {HX_KV_Q4, 256, 4, 2, 0, 0.0f},
 };
 
+/* Decode attention past 2,048 keys, where each warp of the split kernel takes more than one
+ * 32-key chunk (its first loaded before the wait for the kernel ahead, the rest in the loop):
+ * rows alone at positions around that edge and far past it, and 4 rows at once, against the
+ * CPU; f16 cache, heads of 128 and of 64, 4 query heads a kv head. */
+static int test_attention_long(void)
+{
+    NEED_GPU();
+    enum { BT = 16, N_CTX = 4700, NB = N_CTX / BT + 2 };
+    static const int32_t d_heads[] = {128, 64}, rows[] = {2047, 2048, 2080, 4699};
+    hx_err err = {0};
+    for (size_t h = 0; h < HX_COUNTOF(d_heads); h++) {
+        const int32_t dh = d_heads[h], n_kv = 2, n_head = 8, kvd = n_kv * dh, qd = n_head * dh;
+        hx_kv_store kc = {.n_blocks = NB, .block_tokens = BT, .n_layer = 1, .n_kv_head = n_kv,
+                          .d_head = dh, .kv_dim = kvd, .dtype = HX_KV_F16};
+        hx_kv_store kg = kc;
+        CHECK(cpu->kv_alloc(cpu, &kc, &err) == HX_OK);
+        CHECK(gpu->kv_alloc(gpu, &kg, &err) == HX_OK);
+        static int32_t blocks[NB], pos[N_CTX];
+        for (int32_t i = 0; i < NB; i++) blocks[i] = (i * 11 + 5) % NB; /* a permutation */
+        for (int32_t i = 0; i < N_CTX; i++) pos[i] = i;
+        const hx_kv_seq seq = {blocks, N_CTX};
+        float *k = hx_alloc((size_t)N_CTX * kvd * sizeof *k);
+        float *v = hx_alloc((size_t)N_CTX * kvd * sizeof *v);
+        float *q = hx_alloc((size_t)4 * qd * sizeof *q), a[4 * 1024], b[4 * 1024];
+        CHECK(k && v && q);
+        fill(k, (int64_t)N_CTX * kvd, -1, 1);
+        fill(v, (int64_t)N_CTX * kvd, -1, 1);
+        fill(q, 4 * qd, -1, 1);
+        float *dk = dev(k, (int64_t)N_CTX * kvd), *dv = dev(v, (int64_t)N_CTX * kvd);
+        float *dq = dev(q, 4 * qd), *dout = dev(NULL, 4 * qd);
+        gpu->kv_write(gpu, &kg, 0, &seq, pos, dk, dv, N_CTX);
+        cpu->kv_write(cpu, &kc, 0, &seq, pos, k, v, N_CTX);
+        const hx_attn_shape shape = {n_head, n_kv, dh, 1.0f / sqrtf((float)dh), 0, 0.0f};
+        for (size_t r = 0; r < HX_COUNTOF(rows); r++) {
+            gpu->attention(gpu, &kg, 0, &seq, dq, &rows[r], 1, &shape, dout);
+            back(a, dout, qd);
+            cpu->attention(cpu, &kc, 0, &seq, q, &rows[r], 1, &shape, b);
+            const double e = rel_err(a, b, qd);
+            if (!(e <= 1e-5))
+                CHECK_FAIL("heads of %d, position %d: relative error %.3g", dh, rows[r], e);
+        }
+        const int32_t last4[] = {4696, 4697, 4698, 4699};
+        gpu->attention(gpu, &kg, 0, &seq, dq, last4, 4, &shape, dout);
+        back(a, dout, 4 * qd);
+        cpu->attention(cpu, &kc, 0, &seq, q, last4, 4, &shape, b);
+        CHECK_REL(a, b, 4 * qd, 1e-5);
+        float *bufs[] = {dk, dv, dq, dout};
+        for (size_t i = 0; i < HX_COUNTOF(bufs); i++) gpu->free(gpu, bufs[i]);
+        gpu->kv_free(gpu, &kg);
+        cpu->kv_free(cpu, &kc);
+        hx_free(k);
+        hx_free(v);
+        hx_free(q);
+    }
+    return 0;
+}
+
 /* attention_case for every shape whose cache is f16 (quantized: false) or quantized. */
 static int attention_cases(bool quantized)
 {
@@ -1425,6 +1482,7 @@ static int skip_no_cuda(void)
 #define test_rmsnorm_widths  skip_no_cuda
 #define test_attention       skip_no_cuda
 #define test_attention_kvq   skip_no_cuda
+#define test_attention_long  skip_no_cuda
 #define test_attention_joined skip_no_cuda
 #define test_sample          skip_no_cuda
 #define test_replay_new_inputs skip_no_cuda
@@ -1469,6 +1527,7 @@ static const check_case cases[] = {
     { "rmsnorm_widths", test_rmsnorm_widths },
     { "attention", test_attention },
     { "attention_kvq", test_attention_kvq },
+    { "attention_long", test_attention_long },
     { "attention_joined", test_attention_joined },
     { "replay_new_inputs", test_replay_new_inputs },
     { "sample", test_sample },
