@@ -407,7 +407,8 @@ __device__ __forceinline__ float kvq_dot(const kvq_row &r, const float *qs, cons
 // A decode step has a few rows, so one block per (row, head) keeps only n_head blocks busy
 // (32 of 132 SMs) and each walks the whole context: at 4,096 keys that was ~0.7 ms a layer
 // for 17 MB of cache, ~4 us at the roofline. Here each (row, head) gets DEC_SPLITS blocks of
-// ATT_WARPS warps; warp g of the DEC_SPLITS * ATT_WARPS takes 32-key chunks g, g + 64, ...;
+// ATT_WARPS warps (a short context one block of 8: by_warps); warp g of the DEC_SPLITS *
+// ATT_WARPS takes 32-key chunks g, g + 64, ...;
 // a lane scores its own key in 16-byte loads, then the warp accumulates V with each lane on
 // four adjacent dimensions (8-byte loads). A block merges its warps' softmax states and writes
 // one partial state (d sums, max, sum) to scratch; the last of the (row, head)'s blocks to
@@ -416,6 +417,23 @@ __device__ __forceinline__ float kvq_dot(const kvq_row &r, const float *qs, cons
 // the partial states follow.
 constexpr int DEC_SPLITS = 16;
 constexpr int64_t DEC_COUNTERS = 4096;
+// Warps a decode_split_kernel block: a launch whose rows see 5 to DEC_ONE_BLOCK chunks of 32
+// keys (129 to 256 keys: two 4-warp blocks, splits 2 from hx_cuda_attention_splits) takes one
+// block of 8 warps a (row, head), with no partial states to merge across blocks (a fence, an
+// atomic and two trips to L2); a shorter context is one 4-warp block already (8 warps, half of
+// them idle, were slower: 6.35 -> 6.49 us at 128 keys) and a longer one takes blocks of
+// ATT_WARPS, up to DEC_SPLITS of them (8 warps at every length were faster over 1-257 keys but
+// slower over ~2,000; tenth session). HEARTH_CUDA_ATT_ONE_BLOCK=0: always 4.
+constexpr int DEC_ONE_BLOCK = 8;
+template <typename F>
+void by_warps(int32_t splits, F f)
+{
+    static const bool off = hx_cuda_switched_off("HEARTH_CUDA_ATT_ONE_BLOCK");
+    if (!off && splits * ATT_WARPS == DEC_ONE_BLOCK)
+        f(std::integral_constant<int, DEC_ONE_BLOCK>());
+    else f(std::integral_constant<int, ATT_WARPS>());
+}
+
 // V rows a warp has in flight (divides 32): a quantized cache's, and an f16 cache's with heads
 // over 128; an f16 cache's with heads of up to 128 has the chunk's 32 in flight at once (156
 // registers, no spill): an 8B Q4_0 decode (H100) 450 -> 460 tok/s over 1-257 keys, 384 -> 386
@@ -435,7 +453,7 @@ constexpr int dec_v_batch()
 // chunks as the kernel's loop; only the first of the query heads that share a kv head asks
 // (the others read the same rows: with 4 heads a kv head, asking 4 times flooded L2 with
 // requests at long contexts, and a 3,121-token decode was 3% slower than not asking).
-template <int KQ>
+template <int KQ, int W>
 __device__ __forceinline__ void decode_prefetch(const hx_cuda_kv &kv, int32_t layer,
                                                 const att_row &ar, int32_t n_head,
                                                 const int32_t *blocks, int32_t active, int32_t g)
@@ -443,7 +461,7 @@ __device__ __forceinline__ void decode_prefetch(const hx_cuda_kv &kv, int32_t la
     if (ar.h % (n_head / kv.n_kv_head) != 0) return;
     const int32_t bt = kv.block_tokens;
     for (int32_t p = ar.first + 32 * g + (threadIdx.x & 31); p <= ar.last;
-         p += 32 * ATT_WARPS * active) {
+         p += 32 * W * active) {
         const int32_t blk = blocks[p / bt];
         if constexpr (KQ == KV_F16) {
             prefetch_l2(kv.k + kv_index(kv, blk, layer, ar.kvh, p % bt), 2 * kv.d_head);
@@ -456,9 +474,10 @@ __device__ __forceinline__ void decode_prefetch(const hx_cuda_kv &kv, int32_t la
 }
 
 // NV: groups of 4 dimensions a lane takes of a V row (1 for heads of up to 128, else 2); KQ: the
-// cache's dtype (a quantized key's score is sum over groups of s * (q . codes) + m * sum(q)).
-template <int NV, int KQ>
-__global__ void __launch_bounds__(32 * ATT_WARPS)
+// cache's dtype (a quantized key's score is sum over groups of s * (q . codes) + m * sum(q)); W:
+// warps a block (dec_warps).
+template <int NV, int KQ, int W>
+__global__ void __launch_bounds__(32 * W)
     decode_split_kernel(hx_cuda_kv kv, int32_t layer, const __grid_constant__ hx_cuda_rows rows,
                         const float *__restrict__ q, int32_t n_head, float scale, int32_t window,
                         float softcap,
@@ -468,8 +487,8 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
 {
     static_assert(NV * 128 <= ATT_MAX_D, "a lane's V groups fit a head");
     __shared__ __align__(16) float qs[ATT_MAX_D];
-    __shared__ float part[ATT_WARPS][ATT_MAX_D];
-    __shared__ float part_m[ATT_WARPS], part_l[ATT_WARPS];
+    __shared__ float part[W][ATT_MAX_D];
+    __shared__ float part_m[W], part_l[W];
     const int wid = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int32_t d = kv.d_head, bt = kv.block_tokens;
     __shared__ float qsum[ATT_MAX_D / 32]; // quantized K: q summed over each group
@@ -485,11 +504,11 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
     // A short context takes fewer blocks: as many as give each warp a chunk, up to DEC_SPLITS
     // (the same count in every block of the row: all read the same position).
     const int32_t chunks = (last - first) / 32 + 1;
-    const int32_t active = min(DEC_SPLITS, (chunks + ATT_WARPS - 1) / ATT_WARPS);
+    const int32_t active = min(DEC_SPLITS, (chunks + W - 1) / W);
     if ((int32_t)blockIdx.y >= active) return; // (writes nothing: may end before the wait)
-    const int32_t g = (int32_t)blockIdx.y * ATT_WARPS + wid;
+    const int32_t g = (int32_t)blockIdx.y * W + wid;
     const int32_t blk0 = first + 32 * g + lane <= last ? blocks[(first + 32 * g + lane) / bt] : 0;
-    if (prefetch) decode_prefetch<KQ>(kv, layer, ar, n_head, blocks, active, g);
+    if (prefetch) decode_prefetch<KQ, W>(kv, layer, ar, n_head, blocks, active, g);
     after_prior();
     for (int i = threadIdx.x; i < d; i += blockDim.x) qs[i] = q[ar.r * d + i];
     __syncthreads();
@@ -507,7 +526,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[k][e] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    for (int32_t c0 = first + 32 * g; c0 <= last; c0 += 32 * ATT_WARPS * active) {
+    for (int32_t c0 = first + 32 * g; c0 <= last; c0 += 32 * W * active) {
         const int32_t p = c0 + lane;
         // Lane l's key's cache block; the V loop takes key jj's from lane jj.
         const int32_t blk = c0 == first + 32 * g ? blk0 : p <= last ? blocks[p / bt] : 0;
@@ -618,14 +637,14 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
             for (int e = 0; e < 4; e++) part[wid][i + e] = acc[k][e];
     }
     __syncthreads();
-    float mx, f[ATT_WARPS];
-    const float sum = merge_weights<ATT_WARPS>(part_m, part_l, 1, f, &mx);
+    float mx, f[W];
+    const float sum = merge_weights<W>(part_m, part_l, 1, f, &mx);
     if (active == 1) { // the only block of its (row, head) (a short context): no states to merge
         const float inv = 1.0f / sum;
         for (int i = threadIdx.x; i < d; i += blockDim.x) {
             float o = 0.0f;
 #pragma unroll
-            for (int w = 0; w < ATT_WARPS; w++) o += part[w][i] * f[w];
+            for (int w = 0; w < W; w++) o += part[w][i] * f[w];
             out[ar.r * d + i] = o * inv;
             if (xq) round_x(o * inv, ar.r * d + i, (int64_t)gridDim.x * d, xq, xd);
         }
@@ -635,7 +654,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float o = 0.0f;
 #pragma unroll
-        for (int w = 0; w < ATT_WARPS; w++) o += part[w][i] * f[w];
+        for (int w = 0; w < W; w++) o += part[w][i] * f[w];
         po[i] = o;
     }
     if (threadIdx.x == 0) {
@@ -1036,17 +1055,22 @@ void hx_cuda_attention_rows(const hx_cuda_kv *kv, int32_t layer, const hx_cuda_r
                             int32_t window, float softcap, float *scratch, float *out,
                             int8_t *xq, float *xd, int32_t splits, hx_cuda_stream s)
 {
-    const dim3 grid((unsigned)(n_tok * n_head),
-                    splits > 0 && splits < DEC_SPLITS ? splits : DEC_SPLITS);
-    const bool wide = kv->d_head > 128;
-    auto *kernel = kv->dtype == KV_Q8 ? (wide ? decode_split_kernel<2, KV_Q8>
-                                             : decode_split_kernel<1, KV_Q8>)
-                   : kv->dtype == KV_Q4 ? (wide ? decode_split_kernel<2, KV_Q4>
-                                                : decode_split_kernel<1, KV_Q4>)
-                   : wide ? decode_split_kernel<2, KV_F16> : decode_split_kernel<1, KV_F16>;
-    static const int prefetch = !hx_cuda_switched_off("HEARTH_CUDA_ATT_PREFETCH");
-    launch(kernel, grid, 32 * ATT_WARPS, 0, s, *kv, layer, *rows, q, n_head, scale, window,
-           softcap, scratch + DEC_COUNTERS, (unsigned *)scratch, out, xq, xd, prefetch);
+    by_warps(splits, [&](auto warps) {
+        constexpr int W = decltype(warps)::value;
+        const dim3 grid((unsigned)(n_tok * n_head),
+                        W != ATT_WARPS ? 1 : splits > 0 && splits < DEC_SPLITS ? splits
+                                                                              : DEC_SPLITS);
+        const bool wide = kv->d_head > 128;
+        auto *kernel = kv->dtype == KV_Q8 ? (wide ? decode_split_kernel<2, KV_Q8, W>
+                                                 : decode_split_kernel<1, KV_Q8, W>)
+                       : kv->dtype == KV_Q4 ? (wide ? decode_split_kernel<2, KV_Q4, W>
+                                                    : decode_split_kernel<1, KV_Q4, W>)
+                       : wide ? decode_split_kernel<2, KV_F16, W>
+                              : decode_split_kernel<1, KV_F16, W>;
+        static const int prefetch = !hx_cuda_switched_off("HEARTH_CUDA_ATT_PREFETCH");
+        launch(kernel, grid, 32 * W, 0, s, *kv, layer, *rows, q, n_head, scale, window, softcap,
+               scratch + DEC_COUNTERS, (unsigned *)scratch, out, xq, xd, prefetch);
+    });
 }
 
 void hx_cuda_attention(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,
