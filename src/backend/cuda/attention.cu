@@ -495,7 +495,7 @@ __device__ __forceinline__ void decode_prefetch(const hx_cuda_kv &kv, int32_t la
 
 // NV: groups of 4 dimensions a lane takes of a V row (1 for heads of up to 128, else 2); KQ: the
 // cache's dtype (a quantized key's score is sum over groups of s * (q . codes) + m * sum(q)); W:
-// warps a block (dec_warps).
+// warps a block (by_warps).
 template <int NV, int KQ, int W>
 __global__ void __launch_bounds__(32 * W)
     decode_split_kernel(hx_cuda_kv kv, int32_t layer, const __grid_constant__ hx_cuda_rows rows,
