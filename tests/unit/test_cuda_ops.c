@@ -1177,10 +1177,10 @@ static const struct {
     {HX_KV_Q8, 256, 4, 2, 20, 50.0f}, {HX_KV_Q4, 256, 4, 2, 0, 0.0f},
 };
 
-/* Decode attention past 2,048 keys, where each warp of the split kernel takes more than one
- * 32-key chunk (its first loaded before the wait for the kernel ahead, the rest in the loop):
- * rows alone at positions around that edge and far past it, and 4 rows at once, against the
- * CPU; f16 cache, heads of 128 and of 64, 4 query heads a kv head. */
+/* Decode attention past 2,048 keys (16 blocks of 4 warps, 32 keys a warp), where each warp of
+ * the split kernel takes more than one 32-key chunk: rows alone at positions around that edge
+ * and far past it, and 4 rows at once, against the CPU; f16 cache, heads of 128 and of 64, 4
+ * query heads a kv head. */
 static int test_attention_long(void)
 {
     NEED_GPU();

@@ -188,10 +188,8 @@ __global__ void rope_kernel(float *x, int32_t n_head, float *x2, int32_t n_head2
 }
 
 // Element i of k and of v (element c of head h) into position p's row of the cache, after the
-// wait for the kernel ahead, which wrote them. The position and block table are staged with
-// the step (in memory before that kernel started), so an f16 cache's address is found before
-// the wait (two trips: the position, then its block-table entry) and after it only k and v are
-// a trip away; a quantized group's store (a warp's) finds its own after.
+// wait for the kernel ahead, which wrote them; an f16 cache's address is found before it, as
+// rope_kernel finds its own (a quantized group's store, a warp's, finds its own after).
 __device__ __forceinline__ void kv_write_one(const hx_cuda_kv &kv, int32_t layer,
                                              const int32_t *blocks, int32_t p, int32_t h,
                                              int32_t c, const float *k, const float *v, int64_t i)
