@@ -1073,19 +1073,19 @@ void hx_cuda_attention_rows(const hx_cuda_kv *kv, int32_t layer, const hx_cuda_r
                             int32_t window, float softcap, float *scratch, float *out,
                             int8_t *xq, float *xd, int32_t splits, hx_cuda_stream s)
 {
+    static const int prefetch = !hx_cuda_switched_off("HEARTH_CUDA_ATT_PREFETCH");
+    const bool wide = kv->d_head > 128;
     by_warps(splits, [&](auto warps) {
         constexpr int W = decltype(warps)::value;
         const dim3 grid((unsigned)(n_tok * n_head),
                         W != ATT_WARPS ? 1 : splits > 0 && splits < DEC_SPLITS ? splits
                                                                               : DEC_SPLITS);
-        const bool wide = kv->d_head > 128;
         auto *kernel = kv->dtype == KV_Q8 ? (wide ? decode_split_kernel<2, KV_Q8, W>
                                                  : decode_split_kernel<1, KV_Q8, W>)
                        : kv->dtype == KV_Q4 ? (wide ? decode_split_kernel<2, KV_Q4, W>
                                                     : decode_split_kernel<1, KV_Q4, W>)
                        : wide ? decode_split_kernel<2, KV_F16, W>
                               : decode_split_kernel<1, KV_F16, W>;
-        static const int prefetch = !hx_cuda_switched_off("HEARTH_CUDA_ATT_PREFETCH");
         launch(kernel, grid, 32 * W, 0, s, *kv, layer, *rows, q, n_head, scale, window, softcap,
                scratch + DEC_COUNTERS, (unsigned *)scratch, out, xq, xd, prefetch);
     });
