@@ -75,7 +75,7 @@ static void launch(job *j, hx_cuda_stream s)
 {
     if (j->kind == GEMV) {
         const hx_cuda_gemv_job g = {.w = j->copies[j->turn++ % j->n_copies], .out = j->out};
-        hx_cuda_gemv(&g, 1, j->x, j->xq, j->xd, j->rows, s);
+        hx_cuda_gemv(&g, NULL, 1, j->x, j->xq, j->xd, j->rows, s);
     }
     else if (j->kind == DEQUANT) hx_cuda_dequant_rows(&j->w, 0, j->w.n_out, j->out, 0, s);
     else if (j->kind == QUANT) hx_cuda_quantize_x(j->x, j->rows * j->w.n_in, j->xq, j->xd, s);

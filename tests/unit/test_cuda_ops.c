@@ -817,6 +817,125 @@ static int test_joined_launches(void)
     return joined_launches_of(HX_DT_MLX4, 0, 5) || joined_launches_of(HX_DT_Q4_K, 1, 5);
 }
 
+/* At one row, the rope of q and of k and the cache write of k and v right after the q/k/v GEMV
+ * are done by that GEMV as it writes (hx_cuda_gemv_post): q and k rotated, the cache's K and V
+ * rows stored, as the CPU does them to the same products (pairs (2i, 2i + 1), a partial rotation,
+ * YaRN's mscale, a bias on q), over four steps (eager, captured, replayed twice) at positions in
+ * different blocks of the table. Two layers a step, as in a model: the first layer's rope stages
+ * the step's positions (an op between the GEMV and it), the second's joins the GEMV. h x dh
+ * query rows, kh x dh of k and v; q and k in format fmt, v in fmt_v (another: a launch of its
+ * own between the q/k GEMV and the rope); `call` numbers the calls (each keeps its weights). */
+static int post_case(hx_dtype fmt, hx_dtype fmt_v, int call, int32_t h, int32_t kh, int32_t dh)
+{
+    hx_err err = {0};
+    enum { N_IN = 512, MOST = 6144, STEPS = 4, BT = 16, NB = 10, L = 2 };
+    const int64_t n_out[3] = {(int64_t)h * dh, (int64_t)kh * dh, (int64_t)kh * dh};
+    HX_ASSERT(n_out[0] <= MOST && dh <= 256);
+    static weight wss[9][3];
+    weight *ws = wss[call];
+    const hx_tensor *pw[3];
+    for (int k = 0; k < 3; k++) {
+        if (weight_make(&ws[k], k == 2 ? fmt_v : fmt, n_out[k], N_IN)) return 1;
+        CHECK((pw[k] = gpu->weight(gpu, &ws[k].t, &err)) != NULL);
+    }
+    static float bias_vs[9][MOST]; /* apart: the backend keeps a copy per host address */
+    float *bias_v = bias_vs[call];
+    fill(bias_v, n_out[0], -1, 1);
+    const hx_tensor bias = {.dtype = HX_DT_F32, .n_dims = 1, .shape = {n_out[0]}, .data = bias_v,
+                            .n_bytes = (size_t)n_out[0] * sizeof *bias_v};
+    static float x[L][N_IN], xr[N_IN], got[MOST], want[L][3][MOST];
+    static float inv_freqs[9][128]; /* apart, as the bias */
+    float *inv_freq = inv_freqs[call];
+    const int32_t n_rot = dh * 3 / 4; /* the last quarter of each head not rotated */
+    for (int i = 0; i < n_rot / 2; i++) inv_freq[i] = powf(10000.0f, -2.0f * i / n_rot);
+    const hx_rope rope = {inv_freq, n_rot, 0.9f, true};
+    hx_kv_store kc = {.n_blocks = NB, .block_tokens = BT, .n_layer = L, .n_kv_head = kh,
+                      .d_head = dh, .kv_dim = kh * dh, .dtype = HX_KV_F16};
+    hx_kv_store kg = kc;
+    CHECK(cpu->kv_alloc(cpu, &kc, &err) == HX_OK);
+    CHECK(gpu->kv_alloc(gpu, &kg, &err) == HX_OK);
+    int32_t blocks[8] = {4, 1, 3, 9, 0, 7, 2, 8};
+    const size_t kv_bytes = (size_t)NB * L * BT * kh * dh * 2;
+    uint16_t *cache = hx_alloc(kv_bytes);
+    float *dx[L], *d[L][3];
+    for (int l = 0; l < L; l++) {
+        dx[l] = dev(NULL, N_IN);
+        for (int k = 0; k < 3; k++) d[l][k] = dev(NULL, n_out[k]);
+    }
+    const uint64_t launches = hx_cuda_gemv_post_count();
+    static int32_t pos[1]; /* one address, new values: staged again each step */
+    for (int step = 0; step < STEPS; step++) {
+        pos[0] = 7 + 29 * step;
+        const hx_kv_seq seq = {blocks, pos[0] + 1};
+        for (int l = 0; l < L; l++) {
+            fill(x[l], N_IN, -1, 1);
+            cudaMemcpy(dx[l], x[l], sizeof x[l], cudaMemcpyHostToDevice);
+            for (int k = 0; k < 3; k++) {
+                if (hx_cuda_gemv_int8(ws[k].t.dtype)) round_like_gemv(x[l], N_IN, xr);
+                else memcpy(xr, x[l], sizeof xr); /* float formats read x as it is */
+                matmul_ref(&ws[k].t, k == 0 ? bias_v : NULL, xr, 1, want[l][k]);
+            }
+        }
+        for (int l = 0; l < L; l++) {
+            gpu->matmul(gpu, pw[0], &bias, dx[l], 1, d[l][0]);
+            gpu->matmul(gpu, pw[1], NULL, dx[l], 1, d[l][1]);
+            gpu->matmul(gpu, pw[2], NULL, dx[l], 1, d[l][2]);
+            gpu->rope(gpu, d[l][0], pos, 1, h, dh, &rope);
+            gpu->rope(gpu, d[l][1], pos, 1, kh, dh, &rope);
+            gpu->kv_write(gpu, &kg, l, &seq, pos, d[l][1], d[l][2], 1);
+            cpu->rope(cpu, want[l][0], pos, 1, h, dh, &rope);
+            cpu->rope(cpu, want[l][1], pos, 1, kh, dh, &rope);
+            cpu->kv_write(cpu, &kc, l, &seq, pos, want[l][1], want[l][2], 1);
+        }
+        for (int l = 0; l < L; l++)
+            for (int k = 0; k < 3; k++) {
+                back(got, d[l][k], n_out[k]);
+                const double e = rel_err(got, want[l][k], n_out[k]);
+                if (!(e <= 1e-5))
+                    CHECK_FAIL("format %s, step %d, layer %d, output %d: relative error %.3g",
+                               hx_dtypes[fmt].name, step, l, k, e);
+            }
+        /* the caches to one f16 step (the products differ from the CPU's by ~1e-6) */
+        for (int side = 0; side < 2; side++) {
+            gpu->read(gpu, cache, side ? kg.v : kg.k, kv_bytes);
+            const uint16_t *want_c = side ? kc.v : kc.k;
+            for (size_t i = 0; i < kv_bytes / 2; i++) {
+                const float g = hx_f16_to_f32(cache[i]), w = hx_f16_to_f32(want_c[i]);
+                if (!(fabsf(g - w) <= 1e-3f * fmaxf(1.0f, fabsf(w))))
+                    CHECK_FAIL("format %s, step %d, %s cache element %zu: %g vs %g",
+                               hx_dtypes[fmt].name, step, side ? "V" : "K", i, g, w);
+            }
+        }
+    }
+    /* the GEMV did it: launched with posts (on the steps not replayed) */
+    CHECK(hx_cuda_gemv_post_count() > launches);
+    hx_free(cache);
+    cpu->kv_free(cpu, &kc);
+    gpu->kv_free(gpu, &kg);
+    for (int l = 0; l < L; l++) {
+        gpu->free(gpu, dx[l]);
+        for (int k = 0; k < 3; k++) gpu->free(gpu, d[l][k]);
+    }
+    for (int k = 0; k < 3; k++) gpu->weight_release(gpu, pw[k]);
+    return 0;
+}
+
+/* The streamed GEMV (Q4_0, Q4_K, MLX 4-bit as Q4_1; at 48 heads of 128 its blocks take a second
+ * group of rows), the wide one (Q8_0, Q6_K), the float one (f16), and v apart (Q4_K_M). */
+static int test_gemv_post(void)
+{
+    NEED_GPU();
+    hx_err err = {0};
+    CHECK(gpu->reserve(gpu, 6144, 64, &err) == HX_OK);
+    const hx_dtype fmts[] = {HX_DT_Q4_0, HX_DT_Q4_K, HX_DT_MLX4, HX_DT_Q8_0, HX_DT_Q6_K,
+                             HX_DT_F16};
+    for (int f = 0; f < (int)HX_COUNTOF(fmts); f++)
+        if (post_case(fmts[f], fmts[f], f, 4, 2, 64)) return 1;
+    return post_case(HX_DT_Q4_0, HX_DT_Q4_0, 6, 48, 8, 128) ||
+           post_case(HX_DT_Q4_K, HX_DT_Q4_K, 7, 48, 8, 128) ||
+           post_case(HX_DT_Q4_K, HX_DT_Q6_K, 8, 8, 2, 128);
+}
+
 /* Rows of every format's table, exactly as the reference dequantizer gives them. */
 static int test_embed_formats(void)
 {
@@ -1489,6 +1608,7 @@ static int skip_no_cuda(void)
 #define test_mem_info        skip_no_cuda
 #define test_keep_dequantized skip_no_cuda
 #define test_moe_routed      skip_no_cuda
+#define test_gemv_post       skip_no_cuda
 #endif
 
 /* Without CUDA in the build (or a GPU on the machine), asking for it is a clear error. */
@@ -1519,6 +1639,7 @@ static const check_case cases[] = {
     { "gemm_input_reuse", test_gemm_input_reuse },
     { "gemv_input_reuse", test_gemv_input_reuse },
     { "joined_launches", test_joined_launches },
+    { "gemv_post", test_gemv_post },
     { "keep_dequantized", test_keep_dequantized },
     { "moe", test_moe },
     { "moe_routed", test_moe_routed },

@@ -11,27 +11,6 @@
 
 namespace {
 
-// Where row `off` of block `block` of head h of a layer starts in the K (or V) cache.
-__device__ __forceinline__ size_t kv_index(const hx_cuda_kv &kv, int32_t block, int32_t layer,
-                                           int32_t h, int32_t off)
-{
-    return ((((size_t)block * kv.n_layer + layer) * kv.n_kv_head + h) * kv.block_tokens + off) *
-           (size_t)kv.d_head;
-}
-
-// Where head h of position p's K (or V) row starts in the cache, through the block table.
-__device__ __forceinline__ size_t kv_row_at(const hx_cuda_kv &kv, int32_t layer,
-                                            const int32_t *blocks, int32_t p, int32_t h)
-{
-    return kv_index(kv, blocks[p / kv.block_tokens], layer, h, p % kv.block_tokens);
-}
-
-// v rounded to f16, as its bits (the cache's element).
-__device__ __forceinline__ uint16_t f16_bits(float v)
-{
-    return __half_as_ushort(__float2half_rn(v));
-}
-
 // ---- the quantized cache (HX_KV_Q8, HX_KV_Q4) ----
 //
 // backend/kv_quant.h's layout: per (block, layer, kv head) a tile of codes
@@ -170,15 +149,15 @@ __global__ void rope_kernel(float *x, int32_t n_head, float *x2, int32_t n_head2
     }
     const int32_t p = (int32_t)(i % half);
     const int64_t th = i / half, t = th / n_head;
-    const double ang = (double)pos[t] * (double)inv_freq[p];
-    const float cs = (float)cos(ang) * mscale, sn = (float)sin(ang) * mscale;
+    float cs, sn;
+    rope_angle(pos[t], inv_freq[p], mscale, &cs, &sn);
     const int32_t i0 = pairs ? 2 * p : p, i1 = pairs ? 2 * p + 1 : p + half;
     const int32_t h = (int32_t)(th % n_head);
     const size_t at = second && kv.k ? kv_row_at(kv, layer, blocks, pos[t], h) : 0;
     after_prior();
     float *r = x + th * d_head;
     const float x0 = r[i0], x1 = r[i1];
-    const float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
+    const float y0 = rotated(x0, x1, cs, sn, true), y1 = rotated(x0, x1, cs, sn, false);
     r[i0] = y0;
     r[i1] = y1;
     if (second && kv.k) {

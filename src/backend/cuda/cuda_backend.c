@@ -374,6 +374,8 @@ typedef struct {
                                 v; gate and up), no conversion */
     const void      *w_half; /* GEMM: the weight's f16 copy (keep_dequantized), or NULL */
     const void      *drawn;  /* embed: the draws its HX_TOKEN_DRAWN ids name, or NULL */
+    hx_cuda_gemv_post post[HX_CUDA_GEMV_SET]; /* one-row GEMV: the rope and cache write joined
+                                                 to it (gemv_post_of) */
 } mat_args;
 
 static void run_embed(cuda_impl *c, const void *p)
@@ -420,7 +422,7 @@ static void run_matmul(cuda_impl *c, const void *p)
 {
     const mat_args *a = p;
     if (a->n <= HX_CUDA_GEMV_ROWS) {
-        hx_cuda_gemv(a->job, (int)a->n_jobs, a->x, a->xq, a->xd, a->n, c->stream);
+        hx_cuda_gemv(a->job, a->post, (int)a->n_jobs, a->x, a->xq, a->xd, a->n, c->stream);
         return;
     }
     const hx_cuda_wmat *wm = &a->job[0].w;
@@ -578,6 +580,28 @@ static bool join_gemv(cuda_impl *c, const mat_args *a)
     return true;
 }
 
+/* The post of the job writing out [n] in a one-row GEMV launch just before: the log's last op,
+ * or the one before it when the last is a one-row GEMV that neither reads nor writes out (v of
+ * another dtype than q and k, as in Q4_K_M files). The rope and the cache write after it join it
+ * (hx_cuda_gemv_post: two launches fewer a decode layer). NULL where there is none, or that job
+ * adds into a residual; HEARTH_CUDA_GEMV_POST=0: never. */
+static hx_cuda_gemv_post *gemv_post_of(cuda_impl *c, const float *out, int64_t n)
+{
+    for (size_t back = 1; c->gemv_post && back <= 2 && back <= c->n_ops; back++) {
+        const op_rec *r = &c->ops[c->n_ops - back];
+        mat_args *p = (mat_args *)(void *)(c->op_args + r->off);
+        if (r->fn != run_matmul || p->n != 1) return NULL;
+        for (int64_t k = 0; k < p->n_jobs; k++) {
+            if (p->job[k].out == out && p->job[k].w.n_out == n && !p->job[k].acc) {
+                c->xq_of = NULL; /* as join_last: the launch writes more */
+                return &p->post[k];
+            }
+        }
+        if (overlap(out, n, p->x, p->job[0].w.n_in) || hits_outputs(p, out, n)) return NULL;
+    }
+    return NULL;
+}
+
 static void cuda_matmul(hx_backend *be, const hx_tensor *w, const hx_tensor *bias, const float *x,
                         int64_t n_rows, float *out)
 {
@@ -657,6 +681,19 @@ static void cuda_rope(hx_backend *be, float *x, const int32_t *pos, int64_t n_to
     a.i2 = rope->n_rot;
     a.f = rope->mscale;
     a.i3 = rope->pairs;
+    /* Right after the one-row GEMV that wrote x (q or k, in the q/k/v launch), with pairs
+     * (2i, 2i + 1): that GEMV rotates its rows as it writes them. */
+    hx_cuda_gemv_post *g = a.i3 && n_tok == 1 && d_head % 2 == 0 && a.i2 % 2 == 0
+                               ? gemv_post_of(c, x, n_head * d_head)
+                               : NULL;
+    if (g && !g->inv_freq && !g->cache) {
+        g->pos = a.idx;
+        g->inv_freq = a.w;
+        g->mscale = a.f;
+        g->half = a.i2 / 2;
+        g->d_head = d_head;
+        return;
+    }
     /* Right after the rope of q with the same positions and rotation: k joins its launch. */
     row_args *p = join_last(c, run_rope);
     if (p && !p->out2 && p->idx == a.idx && p->n == a.n && p->i1 == a.i1 && p->w == a.w &&
@@ -677,6 +714,23 @@ static void cuda_kv_write(hx_backend *be, hx_kv_store *kv, int32_t layer, const 
     attn_common(c, &a, kv, layer, seq, pos, n_tok);
     a.k = k;
     a.v = v;
+    /* Right after the one-row GEMV that wrote k and v (and rotated k): it stores them. */
+    hx_cuda_gemv_post *gk =
+        kv->dtype == HX_KV_F16 && n_tok == 1 ? gemv_post_of(c, k, kv->kv_dim) : NULL;
+    hx_cuda_gemv_post *gv = gk ? gemv_post_of(c, v, kv->kv_dim) : NULL;
+    if (gv && gv != gk && !gk->cache && !gv->cache && !gv->inv_freq &&
+        (!gk->pos || gk->pos == a.pos)) {
+        for (int side = 0; side < 2; side++) {
+            hx_cuda_gemv_post *g = side ? gv : gk;
+            g->pos = a.pos;
+            g->d_head = kv->d_head;
+            g->cache = side ? a.kv.v : a.kv.k;
+            g->kv = a.kv;
+            g->layer = layer;
+            g->blocks = a.blocks;
+        }
+        return;
+    }
     /* Right after the rope that rotated these rows of K (joined to q's): it stores them (f16:
      * the rope's threads are one a pair, and a quantized group needs a warp of its own). */
     row_args *p = kv->dtype == HX_KV_F16 ? join_last(c, run_rope) : NULL;
@@ -962,7 +1016,7 @@ static void cuda_add(hx_backend *be, float *x, const float *y, int64_t n)
     cuda_impl *c = hx_cuda_enter(be);
     mat_args *p = last_gemv(c);
     hx_cuda_gemv_job *j = p ? &p->job[p->n_jobs - 1] : NULL;
-    if (j && j->out == y && !j->acc && p->n * j->w.n_out == n &&
+    if (j && j->out == y && !j->acc && !p->post[p->n_jobs - 1].pos && p->n * j->w.n_out == n &&
         !overlap(x, n, p->x, p->n * j->w.n_in) && !hits_outputs(p, x, n)) {
         j->acc = x;
         return;
@@ -1238,6 +1292,7 @@ hx_status hx_cuda_backend_create(int device, hx_backend **out, hx_err *err)
     c->step_prof = prof && strcmp(prof, "steps") == 0;
     c->profile = prof && *prof && strcmp(prof, "0") != 0 && !c->step_prof;
     c->use_graphs = !hx_cuda_switched_off("HEARTH_CUDA_GRAPHS");
+    c->gemv_post = !hx_cuda_switched_off("HEARTH_CUDA_GEMV_POST");
     hx_status st = HX_OK;
     if ((e = cudaSetDevice(device)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess)

@@ -136,6 +136,7 @@ struct cuda_impl {
     unsigned char *op_args;
     size_t         args_used, args_cap;
     bool           use_graphs;        /* HEARTH_CUDA_GRAPHS=0 turns replay off */
+    bool           gemv_post;         /* HEARTH_CUDA_GEMV_POST=0: no rope in a GEMV (matmul) */
     graph_ent      graph[MAX_GRAPHS];
     int            n_graph;
     uint64_t       clock;

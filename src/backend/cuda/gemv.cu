@@ -65,6 +65,7 @@ __device__ __forceinline__ void sub8(const hx_cuda_wmat &w, int64_t o, int64_t j
 
 constexpr int GEMV_WARPS = 4;     // warps per block, splitting the length of its rows
 constexpr int GEMV_ROWS = 4; // output rows per block, sharing each activation load
+constexpr int POST_ROWS = 8; // the most output rows of a one-row GEMV's block (post_slots)
 
 // A routed launch (hx_cuda_gemv_routed): pair p = blockIdx.y multiplies the weight
 // table[ids[p]] by row p / x_div of x, into row p of job[0].out.
@@ -76,24 +77,38 @@ struct gemv_route {
 
 // The GEMVs of one launch (hx_cuda_gemv): job k's blocks start at block start[k].
 struct gemv_set {
-    hx_cuda_gemv_job job[HX_CUDA_GEMV_SET];
-    uint32_t         start[HX_CUDA_GEMV_SET];
+    hx_cuda_gemv_job  job[HX_CUDA_GEMV_SET];
+    hx_cuda_gemv_post post[HX_CUDA_GEMV_SET]; // at one row (pos NULL: none)
+    uint32_t          start[HX_CUDA_GEMV_SET];
     int              n;
-    gemv_route       route; // ROUTED kernels only
+    gemv_route        route; // ROUTED kernels only
 };
 static_assert(HX_CUDA_GEMV_SET == 3, "gemv_job picks among three");
 
 // The job of group b of ROWS output rows (by default this block's), and its first output row.
-template <int ROWS = GEMV_ROWS>
-__device__ __forceinline__ hx_cuda_gemv_job gemv_job(const gemv_set &set, int64_t *o0,
-                                                     uint32_t b = blockIdx.x)
+__device__ __forceinline__ int gemv_index(const gemv_set &set, uint32_t b)
 {
     int j = 0;
 #pragma unroll
     for (int k = 1; k < HX_CUDA_GEMV_SET; k++)
         if (k < set.n && b >= set.start[k]) j = k;
+    return j;
+}
+
+template <int ROWS = GEMV_ROWS>
+__device__ __forceinline__ hx_cuda_gemv_job gemv_job(const gemv_set &set, int64_t *o0,
+                                                     uint32_t b = blockIdx.x)
+{
+    const int j = gemv_index(set, b);
     *o0 = (int64_t)(b - set.start[j]) * ROWS;
     return j == 0 ? set.job[0] : j == 1 ? set.job[1] : set.job[2];
+}
+
+// Group b's post (no pos: none).
+__device__ __forceinline__ const hx_cuda_gemv_post &gemv_post(const gemv_set &set,
+                                                              uint32_t b = blockIdx.x)
+{
+    return set.post[gemv_index(set, b)];
 }
 
 // The block's job as gemv_job gives it or, ROUTED, as its pair's route says: the weight its
@@ -119,9 +134,71 @@ __device__ __forceinline__ hx_cuda_gemv_job gemv_job_of(const gemv_set &set, int
     }
 }
 
+// ---- a one-row GEMV's post: the rope and the cache write (hx_cuda_gemv_post) ----
+//
+// The rope kernel after the q, k and v GEMV cost a launch a layer (~2 us of an 8B step's ~57 on
+// an H100, its work mostly done before its wait). At one row the GEMV's block has both rows of a
+// pair (2i, 2i + 1): every block's rows start at an even row, and thread k of the store holds
+// row o0 + k while the warps' partial sums of row o0 + (k ^ 1) are beside it in shared memory.
+// What a row's position decides (the angle, in double, and the cache element's address through
+// the block table) is found before the wait for the kernel ahead, as the rope kernel finds it,
+// and kept in shared memory (not in registers, which bound how many GEMV blocks an SM holds).
+
+// Row o0 + k's rotation and cache element, for thread k of the store.
+struct row_post {
+    float   cs, sn;
+    int64_t at;  // the cache element (-1: none)
+    int32_t rot; // whether the row is rotated
+};
+
+// The posts of a block's first POST_GROUPS groups of rows (a streamed GEMV's block takes several).
+constexpr int POST_GROUPS = 4;
+
+__device__ __forceinline__ row_post (&post_slots())[POST_GROUPS][POST_ROWS]
+{
+    __shared__ row_post slot[POST_GROUPS][POST_ROWS];
+    return slot;
+}
+
+// Row o's post p (p.pos set; a one-row launch) into *r.
+__device__ __forceinline__ void post_row(const hx_cuda_gemv_post &p, int64_t o, row_post *r)
+{
+    const int32_t pos = *p.pos, c = (int32_t)(o % p.d_head), h = (int32_t)(o / p.d_head);
+    row_post t = {1.0f, 0.0f, -1, 0};
+    if (p.inv_freq && c / 2 < p.half) {
+        rope_angle(pos, p.inv_freq[c / 2], p.mscale, &t.cs, &t.sn);
+        t.rot = 1;
+    }
+    if (p.cache) t.at = (int64_t)kv_row_at(p.kv, p.layer, p.blocks, pos, h) + c;
+    *r = t;
+}
+
+// Thread k < rows finds row o0 + k's post where there is one, for the block's only group.
+__device__ __forceinline__ void post_before(const hx_cuda_gemv_post &p, int64_t n_out, int64_t o0,
+                                            int rows)
+{
+    const int64_t o = o0 + threadIdx.x;
+    if (p.pos && (int)threadIdx.x < rows && o < n_out)
+        post_row(p, o, &post_slots()[0][threadIdx.x]);
+}
+
+// Output row o (thread k's) with sum s, its pair's row o ^ 1 summing to s2: rotated, written,
+// and stored into the cache, as the rope and cache-write kernels would after a plain write.
+__device__ __forceinline__ void post_put(const hx_cuda_gemv_job &job, const hx_cuda_gemv_post &p,
+                                         int64_t o, const row_post &r, float s, float s2)
+{
+    float y = s + (job.bias ? job.bias[o] : 0.0f);
+    if (r.rot) {
+        const float y2 = s2 + (job.bias ? job.bias[o ^ 1] : 0.0f);
+        y = (o & 1) == 0 ? rotated(y, y2, r.cs, r.sn, true) : rotated(y2, y, r.cs, r.sn, false);
+    }
+    job.out[o] = y;
+    if (r.at >= 0) p.cache[r.at] = f16_bits(y);
+}
+
 // The start of a GEMV block of ROWS output rows over a block format: its job (gemv_job_of),
-// then, unless ROUTED (whose wait came before it read the ids), its rows asked of L2 and the
-// wait for the kernel ahead.
+// then, unless ROUTED (whose wait came before it read the ids), its rows asked of L2, its post
+// found (post_before) and the wait for the kernel ahead.
 template <bool ROUTED, int ROWS = GEMV_ROWS, typename XQ, typename XD>
 __device__ __forceinline__ hx_cuda_gemv_job gemv_begin(const gemv_set &set, int64_t *o0, XQ *xq,
                                                        XD *xd)
@@ -129,6 +206,7 @@ __device__ __forceinline__ hx_cuda_gemv_job gemv_begin(const gemv_set &set, int6
     const hx_cuda_gemv_job job = gemv_job_of<ROUTED, ROWS>(set, o0, xq, xd);
     if constexpr (!ROUTED) {
         prefetch_rows(job.w, *o0, ROWS);
+        post_before(gemv_post(set), job.w.n_out, *o0, ROWS);
         after_prior();
     }
     return job;
@@ -146,10 +224,11 @@ __device__ __forceinline__ void gemv_put(const hx_cuda_gemv_job &job, int64_t o,
 
 // The end of every GEMV block: each thread holds partial sums acc[k][r] (output row o0 + k,
 // batch row r); the warps' sums meet in shared memory and one thread per (k, r) writes (and
-// adds into the job's acc).
+// adds into the job's acc; at one row, or does the job's post, found in post_slots()[g]).
 template <int R, int ROWS = GEMV_ROWS>
 __device__ __forceinline__ void gemv_store(const float (&acc)[ROWS][R], int64_t o0,
-                                           int n_rows, const hx_cuda_gemv_job &job)
+                                           int n_rows, const hx_cuda_gemv_job &job,
+                                           const hx_cuda_gemv_post *post = nullptr, int g = 0)
 {
     const int64_t n_out = job.w.n_out;
     __shared__ float part[GEMV_WARPS][ROWS][R];
@@ -168,7 +247,14 @@ __device__ __forceinline__ void gemv_store(const float (&acc)[ROWS][R], int64_t 
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < GEMV_WARPS; i++) s += part[i][k][r];
-        gemv_put(job, o0 + k, r, s);
+        if (R == 1 && post && post->pos) { // (ROWS is even: row o0 + (k ^ 1) is this block's)
+            float s2 = 0.0f;
+#pragma unroll
+            for (int i = 0; i < GEMV_WARPS; i++) s2 += part[i][k ^ 1][r];
+            post_put(job, *post, o0 + k, post_slots()[g][k], s, s2);
+        } else {
+            gemv_put(job, o0 + k, r, s);
+        }
     }
 }
 
@@ -187,6 +273,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
     const hx_cuda_gemv_job job = gemv_job(set, &o0);
     const hx_cuda_wmat &w = job.w;
     prefetch_rows(w, o0, GEMV_ROWS);
+    post_before(gemv_post(set), w.n_out, o0, GEMV_ROWS);
     after_prior();
     const int64_t n8 = w.n_in / 8;
     float acc[GEMV_ROWS][R] = {};
@@ -216,7 +303,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
             }
         }
     }
-    gemv_store<R>(acc, o0, n_rows, job);
+    gemv_store<R>(acc, o0, n_rows, job, &gemv_post(set));
 }
 
 // Elements [8 j, 8 j + 8) of row o of w as eight integers q (bytes of w0 then w1, in element
@@ -335,7 +422,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS)
             }
         }
     }
-    gemv_store<R>(acc, o0, n_rows, job);
+    gemv_store<R>(acc, o0, n_rows, job, ROUTED ? nullptr : &gemv_post(set));
 }
 
 // The formats whose GEMV reads wide: a thread takes a unit of 32 values of a row whose codes
@@ -612,6 +699,7 @@ constexpr bool lean_k()
 // taken as Q4_1, 424 -> 420 tok/s), Q8_0 and Q4_K (then on wide_dot's loop: 24.6 -> 26.9 us,
 // 13.6 -> 16.6).
 constexpr int LEAN_ROWS = 8;
+static_assert(LEAN_ROWS <= POST_ROWS && GEMV_ROWS % 2 == 0, "post_put pairs rows");
 template <int DT, int R, bool ROUTED>
 constexpr int wide_rows()
 {
@@ -749,7 +837,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()
             }
         }
     }
-    gemv_store<R, ROWS>(acc, o0, n_rows, job);
+    gemv_store<R, ROWS>(acc, o0, n_rows, job, ROUTED ? nullptr : &gemv_post(set));
 }
 
 // ---- the streamed one-row GEMV (Q4_0, Q4_1, Q4_K) ----
@@ -778,6 +866,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()
 // for 8B Q4_0; 4 x 3: 503; 5 x 2: 485). HEARTH_CUDA_STREAM_STAGES (2 to 5) and
 // HEARTH_CUDA_STREAM_BLOCKS (1 to 5) set those two; HEARTH_CUDA_GEMV_STREAM=0: the wide kernel.
 constexpr int STREAM_ROWS = 8;
+static_assert(STREAM_ROWS <= POST_ROWS && STREAM_ROWS % 2 == 0, "post_put pairs rows");
 constexpr int STREAM_UNITS = 32 * GEMV_WARPS;
 constexpr int STREAM_MOST_BLOCKS = 5; // 83-90 registers a thread: 5 blocks of 128 an SM
 
@@ -887,6 +976,17 @@ __global__ void __launch_bounds__(STREAM_UNITS, STREAM_MOST_BLOCKS)
         if (j < n_items) copy(j);
         cp_async_commit();
     }
+    { // the posts of its first groups (thread 8 g + k: row k of group g); a later group's is
+      // found as its first tile is summed
+        const uint32_t g = i / STREAM_ROWS, b = blockIdx.x + g * gridDim.x;
+        int64_t o0;
+        if (g < POST_GROUPS && b < n_groups) {
+            const hx_cuda_gemv_job job = gemv_job<STREAM_ROWS>(set, &o0, b);
+            const hx_cuda_gemv_post &p = gemv_post(set, b);
+            const int64_t o = o0 + i % STREAM_ROWS;
+            if (p.pos && o < job.w.n_out) post_row(p, o, &post_slots()[g][i % STREAM_ROWS]);
+        }
+    }
     after_prior();
     float acc[STREAM_ROWS][1] = {};
     wide_xu x;
@@ -899,15 +999,24 @@ __global__ void __launch_bounds__(STREAM_UNITS, STREAM_MOST_BLOCKS)
         if (j + STAGES - 1 < n_items) copy(j + STAGES - 1);
         cp_async_commit();
         const stream_tile<DT> &t = tiles_at[j % STAGES];
+        if (tile == 0 && j / tiles >= POST_GROUPS) { // (thread k: the last slots, its own)
+            const uint32_t b = blockIdx.x + j / tiles * gridDim.x;
+            int64_t o0;
+            const hx_cuda_gemv_job job = gemv_job<STREAM_ROWS>(set, &o0, b);
+            const hx_cuda_gemv_post &p = gemv_post(set, b);
+            if (p.pos && i < STREAM_ROWS && o0 + i < job.w.n_out)
+                post_row(p, o0 + i, &post_slots()[POST_GROUPS - 1][i]);
+        }
         if (u < n_units) {
 #pragma unroll
             for (int k = 0; k < STREAM_ROWS; k++) acc[k][0] += stream_sum<DT>(t, k, shift, x);
         }
         if (tile == tiles - 1) { // the group's sums meet
+            const uint32_t b = blockIdx.x + j / tiles * gridDim.x;
             int64_t o0;
-            const hx_cuda_gemv_job job =
-                gemv_job<STREAM_ROWS>(set, &o0, blockIdx.x + j / tiles * gridDim.x);
-            gemv_store<1, STREAM_ROWS>(acc, o0, 1, job);
+            const hx_cuda_gemv_job job = gemv_job<STREAM_ROWS>(set, &o0, b);
+            gemv_store<1, STREAM_ROWS>(acc, o0, 1, job, &gemv_post(set, b),
+                                       min(j / tiles, (uint32_t)POST_GROUPS - 1));
 #pragma unroll
             for (int k = 0; k < STREAM_ROWS; k++) acc[k][0] = 0.0f;
         }
@@ -1227,6 +1336,7 @@ int mma_rows(int dtype)
 }
 
 static uint64_t n_routed;   // routed GEMV launches (hx_cuda_gemv_routed_count)
+static uint64_t n_post;     // launches with a post (hx_cuda_gemv_post_count)
 
 // Whether DT is a float format (its GEMV reads x as it is, not rounded).
 template <int DT>
@@ -1311,16 +1421,20 @@ void launch_stream(unsigned n_groups, const gemv_set &set, const int8_t *xq, con
 }
 
 template <int DT> struct GemvLaunch {
-    static void run(const hx_cuda_gemv_job *jobs, int n_jobs, const float *x, const int8_t *xq,
-                    const float *xd, int64_t n_rows, hx_cuda_stream s)
+    static void run(const hx_cuda_gemv_job *jobs, const hx_cuda_gemv_post *posts, int n_jobs,
+                    const float *x, const int8_t *xq, const float *xd, int64_t n_rows,
+                    hx_cuda_stream s)
     {
         gemv_set set = {};
         bool narrow = false; // MLX groups under 32 values: wide units would straddle them
+        bool post = false;   // (the tensor-core GEMV has none: it takes several rows)
         for (int k = 0; k < n_jobs; k++) {
             set.job[k] = jobs[k];
             narrow = narrow || (DT == HX_DT_MLX4 && jobs[k].w.group_size % 32 != 0);
+            if (posts && posts[k].pos && n_rows == 1) set.post[k] = posts[k], post = true;
         }
         set.n = n_jobs;
+        if (post) n_post++;
         // the jobs' first blocks, for blocks of `per` output rows; the number of blocks
         auto blocks = [&](int per) {
             unsigned g = 0;
@@ -1339,7 +1453,7 @@ template <int DT> struct GemvLaunch {
             const bool even = jobs[0].w.n_in % per == 0;
             const int smem = MMA_STAGES * mma_stage<DT>::bytes(n);
             // 8 rows of Q8_0 take 142 KB: more than an sm_89 block may have (99 KB)
-            if (n >= mma_rows(DT) && even && smem <= smem_optin()) {
+            if (n >= mma_rows(DT) && even && smem <= smem_optin() && !post) {
                 static bool sized = false; // the opt-in above 48 KiB, once per process
                 if (!sized) {
                     const int most = MMA_STAGES * mma_stage<DT>::bytes(HX_CUDA_GEMV_ROWS);
@@ -1405,10 +1519,11 @@ void hx_cuda_quantize_x(const float *x, int64_t n, int8_t *q, float *d, hx_cuda_
     launch(quantize_x_kernel, blocks_for(n), THREADS, 0, s, x, n, q, d);
 }
 
-void hx_cuda_gemv(const hx_cuda_gemv_job *jobs, int n_jobs, const float *x, const int8_t *xq,
-                  const float *xd, int64_t n_rows, hx_cuda_stream s)
+void hx_cuda_gemv(const hx_cuda_gemv_job *jobs, const hx_cuda_gemv_post *posts, int n_jobs,
+                  const float *x, const int8_t *xq, const float *xd, int64_t n_rows,
+                  hx_cuda_stream s)
 {
-    by_dtype<GemvLaunch>(jobs[0].w.dtype, jobs, n_jobs, x, xq, xd, n_rows, s);
+    by_dtype<GemvLaunch>(jobs[0].w.dtype, jobs, posts, n_jobs, x, xq, xd, n_rows, s);
 }
 
 void hx_cuda_gemv_routed(const hx_cuda_wmat *table, const hx_cuda_wmat *like,
@@ -1421,6 +1536,11 @@ void hx_cuda_gemv_routed(const hx_cuda_wmat *table, const hx_cuda_wmat *like,
 uint64_t hx_cuda_gemv_routed_count(void)
 {
     return n_routed;
+}
+
+uint64_t hx_cuda_gemv_post_count(void)
+{
+    return n_post;
 }
 
 } // extern "C"

@@ -336,6 +336,47 @@ __device__ __forceinline__ void round_x(float y, int64_t i, int64_t n, int8_t *_
     if ((threadIdx.x & 31) == 0) d[i / 32] = d1 / 256.0f;
 }
 
+// ---- the rope and the KV cache (attention.cu; gemv.cu, whose one-row GEMV can do both) ----
+
+// Where row `off` of block `block` of head h of a layer starts in the K (or V) cache.
+__device__ __forceinline__ size_t kv_index(const hx_cuda_kv &kv, int32_t block, int32_t layer,
+                                           int32_t h, int32_t off)
+{
+    return ((((size_t)block * kv.n_layer + layer) * kv.n_kv_head + h) * kv.block_tokens + off) *
+           (size_t)kv.d_head;
+}
+
+// Where head h of position p's K (or V) row starts in the cache, through the block table.
+__device__ __forceinline__ size_t kv_row_at(const hx_cuda_kv &kv, int32_t layer,
+                                            const int32_t *blocks, int32_t p, int32_t h)
+{
+    return kv_index(kv, blocks[p / kv.block_tokens], layer, h, p % kv.block_tokens);
+}
+
+// v rounded to f16, as its bits (the cache's element).
+__device__ __forceinline__ uint16_t f16_bits(float v)
+{
+    return __half_as_ushort(__float2half_rn(v));
+}
+
+// The rotation of a pair at position pos by frequency inv_freq: its cosine and sine, taken in
+// double (a chain of some hundred dependent instructions: callers find them before they wait
+// for the kernel ahead), times mscale.
+__device__ __forceinline__ void rope_angle(int32_t pos, float inv_freq, float mscale, float *cs,
+                                           float *sn)
+{
+    const double ang = (double)pos * (double)inv_freq;
+    *cs = (float)cos(ang) * mscale;
+    *sn = (float)sin(ang) * mscale;
+}
+
+// The first (first) or second element of pair (x0, x1) rotated by (cs, sn), rounded the same way
+// wherever it is done (the rope kernel, a GEMV's post): x0 cs - x1 sn, x0 sn + x1 cs.
+__device__ __forceinline__ float rotated(float x0, float x1, float cs, float sn, bool first)
+{
+    return first ? __fmaf_rn(x0, cs, -__fmul_rn(x1, sn)) : __fmaf_rn(x0, sn, __fmul_rn(x1, cs));
+}
+
 constexpr int THREADS = 256;
 
 inline unsigned blocks_for(int64_t n, int per = THREADS)

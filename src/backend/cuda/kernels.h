@@ -46,6 +46,34 @@ typedef struct {
 /* True when the device code reads this format (every hx_dtype with n_in % 32 == 0). */
 int hx_cuda_format_ok(int32_t dtype, int64_t n_in);
 
+/* The KV store of backend.h, and one sequence's block table on the device. dtype is its
+ * hx_kv_dtype: f16 elements, or (HX_KV_Q8, HX_KV_Q4; d_head % 32 == 0, block_tokens % 4 == 0)
+ * one tile per (block, layer, kv head) in backend/kv_quant.h's layout, so that both backends'
+ * caches compare byte for byte. A quantized cache is written by hx_cuda_kv_write(_rows) only,
+ * never by hx_cuda_rope or a GEMV's post. */
+typedef struct {
+    uint16_t *k, *v;
+    int32_t   n_layer, n_kv_head, d_head, block_tokens;
+    int32_t   dtype;
+} hx_cuda_kv;
+
+/* What a GEMV of one row does with its output as it writes it (a job's post, hx_cuda_gemv; no
+ * acc with it), when pos is not NULL (at decode,
+ * the rope and the cache write joined to the q, k and v GEMV: two launches fewer a layer). With
+ * inv_freq, pairs (2i, 2i + 1) of each head of d_head, i < half, are rotated by position *pos as
+ * hx_cuda_rope rotates them (mscale multiplying cos and sin); with cache (kv.k or kv.v), every
+ * element is also stored into position *pos's row of that cache (f16) in layer `layer`, through
+ * the block table `blocks`, as hx_cuda_kv_write stores it. */
+typedef struct {
+    const int32_t *pos;
+    const float   *inv_freq;
+    float          mscale;
+    int32_t        half, d_head, layer;
+    uint16_t      *cache;
+    const int32_t *blocks;
+    hx_cuda_kv     kv;
+} hx_cuda_gemv_post;
+
 /* One GEMV of a launch: out[r][o] = w[o] . x[r] (+ bias[o]), and when acc is not NULL also
  * acc[r][o] += out[r][o] (a residual add). */
 typedef struct {
@@ -64,8 +92,10 @@ typedef struct {
  * products on the tensor cores (int8 MMAs; the same integers, summed in another order). */
 #define HX_CUDA_GEMV_ROWS 8
 int hx_cuda_gemv_int8(int32_t dtype);
-void hx_cuda_gemv(const hx_cuda_gemv_job *jobs, int n_jobs, const float *x, const int8_t *xq,
-                  const float *xd, int64_t n_rows, hx_cuda_stream s);
+uint64_t hx_cuda_gemv_post_count(void); /* launches with a job's post, in the process (tests) */
+void hx_cuda_gemv(const hx_cuda_gemv_job *jobs, const hx_cuda_gemv_post *posts, int n_jobs,
+                  const float *x, const int8_t *xq, const float *xd, int64_t n_rows,
+                  hx_cuda_stream s); /* posts: one a job (n_rows 1), or NULL */
 /* x [n] (n a multiple of 32) rounded per 32 values to 16-bit integers kept as two bytes: xq
  * [2 n] (the high bytes, then the low ones), xd [n / 32] (their scale). Per 32 values: d = max
  * |x| / 127, hi = round(x / d); r = x - hi d (one rounding); lo = round(256 r / d) clamped to
@@ -84,16 +114,6 @@ void hx_cuda_add_bias(float *out, const float *bias, int64_t n_rows, int64_t n_o
  * would (d, n a multiple of 32): the GEMV after them needs no rounding pass of its own. */
 void hx_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t d, float eps,
                      float *out, int8_t *xq, float *xd, hx_cuda_stream s);
-/* The KV store of backend.h, and one sequence's block table on the device. dtype is its
- * hx_kv_dtype: f16 elements, or (HX_KV_Q8, HX_KV_Q4; d_head % 32 == 0, block_tokens % 4 == 0)
- * one tile per (block, layer, kv head) in backend/kv_quant.h's layout, so that both backends'
- * caches compare byte for byte. A quantized cache is written by hx_cuda_kv_write(_rows) only,
- * never by hx_cuda_rope. */
-typedef struct {
-    uint16_t *k, *v;
-    int32_t   n_layer, n_kv_head, d_head, block_tokens;
-    int32_t   dtype;
-} hx_cuda_kv;
 
 /* x [n_tok, n_head, d_head] and, when x2 is not NULL, x2 [n_tok, n_head2, d_head] (q and k)
  * rotated in one launch; inv_freq [n_rot / 2], pairs as in hx_rope. With kv (NULL: not) x2 is
