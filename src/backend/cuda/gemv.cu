@@ -136,10 +136,12 @@ __device__ __forceinline__ hx_cuda_gemv_job gemv_job_of(const gemv_set &set, int
 
 // ---- a one-row GEMV's post: the rope and the cache write (hx_cuda_gemv_post) ----
 //
-// The rope kernel after the q, k and v GEMV cost a launch a layer (~2 us of an 8B step's ~57 on
-// an H100, its work mostly done before its wait). At one row the GEMV's block has both rows of a
-// pair (2i, 2i + 1): every block's rows start at an even row, and thread k of the store holds
-// row o0 + k while the warps' partial sums of row o0 + (k ^ 1) are beside it in shared memory.
+// The rope kernel after the q, k and v GEMV cost a launch a layer (~2.2 us of an 8B Q4_0
+// layer's ~67 on an H100, its work mostly done before its wait). Joined here: 8B Q4_0 decode on
+// an H100 +1.6-2.6% (the streamed GEMV; the wide one +0.3%), 1B +1-6%, 8B Q4_K no change.
+// At one row the GEMV's block has both rows of a pair (2i, 2i + 1): every block's rows start at
+// an even row, and thread k of the store holds row o0 + k while the warps' partial sums of row
+// o0 + (k ^ 1) are beside it in shared memory.
 // What a row's position decides (the angle, in double, and the cache element's address through
 // the block table) is found before the wait for the kernel ahead, as the rope kernel finds it,
 // and kept in shared memory (not in registers, which bound how many GEMV blocks an SM holds).
