@@ -583,8 +583,8 @@ static bool join_gemv(cuda_impl *c, const mat_args *a)
 /* The post of the job writing out [n] in a one-row GEMV launch just before: the log's last op,
  * or the one before it when the last is a one-row GEMV that neither reads nor writes out (v of
  * another dtype than q and k, as in Q4_K_M files). The rope and the cache write after it join it
- * (hx_cuda_gemv_post: two launches fewer a decode layer). NULL where there is none, or that job
- * adds into a residual; HEARTH_CUDA_GEMV_POST=0: never. */
+ * (hx_cuda_gemv_post: a launch fewer a decode layer). NULL where there is none, or that job adds
+ * into a residual; HEARTH_CUDA_GEMV_POST=0: never. */
 static hx_cuda_gemv_post *gemv_post_of(cuda_impl *c, const float *out, int64_t n)
 {
     for (size_t back = 1; c->gemv_post && back <= 2 && back <= c->n_ops; back++) {

@@ -1,8 +1,9 @@
 // kernels.cuh - what the cuda backend's kernel files (gemv.cu, attention.cu, kernels.cu) share:
 // the launch with programmatic dependent launch, the device's attributes, the block formats'
-// loads and dequantization (sub32), asynchronous copies to shared memory, warp reductions, and
-// the rounding of activations for the integer GEMVs. Included by .cu files only; everything
-// is in an anonymous namespace, each file compiling its own copy of what it uses.
+// loads and dequantization (sub32), asynchronous copies to shared memory, warp reductions, the
+// rounding of activations for the integer GEMVs, and where a KV cache row lies and how a rope
+// pair turns (the rope kernel's and the one-row GEMV's post). Included by .cu files only;
+// everything is in an anonymous namespace, each file compiling its own copy of what it uses.
 #ifndef HX_BACKEND_CUDA_KERNELS_CUH
 #define HX_BACKEND_CUDA_KERNELS_CUH
 #include "backend/cuda/kernels.h"

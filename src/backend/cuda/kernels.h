@@ -58,12 +58,12 @@ typedef struct {
 } hx_cuda_kv;
 
 /* What a GEMV of one row does with its output as it writes it (a job's post, hx_cuda_gemv; no
- * acc with it), when pos is not NULL (at decode,
- * the rope and the cache write joined to the q, k and v GEMV: two launches fewer a layer). With
- * inv_freq, pairs (2i, 2i + 1) of each head of d_head, i < half, are rotated by position *pos as
- * hx_cuda_rope rotates them (mscale multiplying cos and sin); with cache (kv.k or kv.v), every
- * element is also stored into position *pos's row of that cache (f16) in layer `layer`, through
- * the block table `blocks`, as hx_cuda_kv_write stores it. */
+ * acc with it), when pos is not NULL: at decode, the rope and the cache write joined to the q,
+ * k and v GEMV, a launch fewer a layer. With inv_freq, pairs (2i, 2i + 1) of each head of
+ * d_head, i < half, are rotated by position *pos as hx_cuda_rope rotates them (mscale
+ * multiplying cos and sin); with cache (kv.k or kv.v: kv gives its shape), every element is
+ * also stored into position *pos's row of that cache (f16) in layer `layer`, through the block
+ * table `blocks`, as hx_cuda_kv_write stores it. */
 typedef struct {
     const int32_t *pos;
     const float   *inv_freq;
