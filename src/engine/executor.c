@@ -194,6 +194,9 @@ static void job_done(hx_executor *ex, hx_job *j, hx_status st, const char *msg,
                      const hx_gen_stats *gs)
 {
     pthread_mutex_lock(&ex->mu);
+    /* no longer active before its client hears of it (a /stats right after the reply must not
+     * count it; engine_main recounts the slots after the step) */
+    if (ex->stats.n_active > 0) ex->stats.n_active--;
     if (st == HX_OK && j->oom) st = HX_E_NOMEM, msg = "out of memory for the reply";
     else if (st == HX_OK && gs->finish == HX_FINISH_CANCELLED) st = HX_E_CANCELLED;
     job_finish(j, st, st == HX_OK || st == HX_E_CANCELLED ? NULL : msg, gs);
