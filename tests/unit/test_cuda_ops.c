@@ -819,36 +819,37 @@ static int test_joined_launches(void)
 
 /* At one row, the rope of q and of k and the cache write of k and v right after the q/k/v GEMV
  * are done by that GEMV as it writes (hx_cuda_gemv_post): q and k rotated, the cache's K and V
- * rows stored, as the CPU does them to the same products (pairs (2i, 2i + 1), a partial rotation,
- * YaRN's mscale, a bias on q), over four steps (eager, captured, replayed twice) at positions in
+ * rows stored, as the CPU does them to the same products (pairs as `pairs` says, n_rot of dh
+ * rotated, YaRN's mscale, a bias on q), over four steps (eager, captured, replayed twice) at positions in
  * different blocks of the table. Two layers a step, as in a model: the first layer's rope stages
  * the step's positions (an op between the GEMV and it), the second's joins the GEMV. h x dh
  * query rows, kh x dh of k and v; q and k in format fmt, v in fmt_v (another: a launch of its
- * own between the q/k GEMV and the rope); `call` numbers the calls (each keeps its weights). */
-static int post_case(hx_dtype fmt, hx_dtype fmt_v, int call, int32_t h, int32_t kh, int32_t dh)
+ * own between the q/k GEMV and the rope); `call` numbers the calls (each keeps its weights);
+ * `joined`: whether the GEMV is to do it (else the rope kernel does). */
+static int post_case(hx_dtype fmt, hx_dtype fmt_v, int call, int32_t h, int32_t kh, int32_t dh,
+                     bool pairs, int32_t n_rot, bool joined)
 {
     hx_err err = {0};
     enum { N_IN = 512, MOST = 6144, STEPS = 4, BT = 16, NB = 10, L = 2 };
     const int64_t n_out[3] = {(int64_t)h * dh, (int64_t)kh * dh, (int64_t)kh * dh};
     HX_ASSERT(n_out[0] <= MOST && dh <= 256);
-    static weight wss[9][3];
+    static weight wss[14][3];
     weight *ws = wss[call];
     const hx_tensor *pw[3];
     for (int k = 0; k < 3; k++) {
         if (weight_make(&ws[k], k == 2 ? fmt_v : fmt, n_out[k], N_IN)) return 1;
         CHECK((pw[k] = gpu->weight(gpu, &ws[k].t, &err)) != NULL);
     }
-    static float bias_vs[9][MOST]; /* apart: the backend keeps a copy per host address */
+    static float bias_vs[14][MOST]; /* apart: the backend keeps a copy per host address */
     float *bias_v = bias_vs[call];
     fill(bias_v, n_out[0], -1, 1);
     const hx_tensor bias = {.dtype = HX_DT_F32, .n_dims = 1, .shape = {n_out[0]}, .data = bias_v,
                             .n_bytes = (size_t)n_out[0] * sizeof *bias_v};
     static float x[L][N_IN], xr[N_IN], got[MOST], want[L][3][MOST];
-    static float inv_freqs[9][128]; /* apart, as the bias */
+    static float inv_freqs[14][128]; /* apart, as the bias */
     float *inv_freq = inv_freqs[call];
-    const int32_t n_rot = dh * 3 / 4; /* the last quarter of each head not rotated */
     for (int i = 0; i < n_rot / 2; i++) inv_freq[i] = powf(10000.0f, -2.0f * i / n_rot);
-    const hx_rope rope = {inv_freq, n_rot, 0.9f, true};
+    const hx_rope rope = {inv_freq, n_rot, 0.9f, pairs};
     hx_kv_store kc = {.n_blocks = NB, .block_tokens = BT, .n_layer = L, .n_kv_head = kh,
                       .d_head = dh, .kv_dim = kh * dh, .dtype = HX_KV_F16};
     hx_kv_store kg = kc;
@@ -907,8 +908,10 @@ static int post_case(hx_dtype fmt, hx_dtype fmt_v, int call, int32_t h, int32_t 
             }
         }
     }
-    /* the GEMV did it: launched with posts (on the steps not replayed) */
-    CHECK(hx_cuda_gemv_post_count() > launches);
+    /* the GEMV did it (launched with posts, on the steps not replayed), or the rope kernel */
+    if ((hx_cuda_gemv_post_count() > launches) != joined)
+        CHECK_FAIL("format %s, pairs %d, %d rotated of %d: joined %d, want %d",
+                   hx_dtypes[fmt].name, pairs, n_rot, dh, !joined, joined);
     hx_free(cache);
     cpu->kv_free(cpu, &kc);
     gpu->kv_free(gpu, &kg);
@@ -920,8 +923,11 @@ static int post_case(hx_dtype fmt, hx_dtype fmt_v, int call, int32_t h, int32_t 
     return 0;
 }
 
-/* The streamed GEMV (Q4_0, Q4_K, MLX 4-bit as Q4_1; at 48 heads of 128 its blocks take a second
- * group of rows), the wide one (Q8_0, Q6_K), the float one (f16), and v apart (Q4_K_M). */
+/* Pairs (2i, 2i + 1), a quarter of each head not rotated: the streamed GEMV (Q4_0, Q4_K, MLX
+ * 4-bit as Q4_1; at 48 heads of 128 its blocks take a second group of rows), the wide one (Q8_0,
+ * Q6_K), the float one (f16), and v apart (Q4_K_M). Pairs (i, i + d/2), whole heads rotated:
+ * the streamed GEMV's blocks take rows of both halves (Q4_0, MLX 4-bit, Q4_K at 48 heads); the
+ * wide GEMV (Q8_0) and a partial rotation leave it to the rope kernel. */
 static int test_gemv_post(void)
 {
     NEED_GPU();
@@ -930,10 +936,15 @@ static int test_gemv_post(void)
     const hx_dtype fmts[] = {HX_DT_Q4_0, HX_DT_Q4_K, HX_DT_MLX4, HX_DT_Q8_0, HX_DT_Q6_K,
                              HX_DT_F16};
     for (int f = 0; f < (int)HX_COUNTOF(fmts); f++)
-        if (post_case(fmts[f], fmts[f], f, 4, 2, 64)) return 1;
-    return post_case(HX_DT_Q4_0, HX_DT_Q4_0, 6, 48, 8, 128) ||
-           post_case(HX_DT_Q4_K, HX_DT_Q4_K, 7, 48, 8, 128) ||
-           post_case(HX_DT_Q4_K, HX_DT_Q6_K, 8, 8, 2, 128);
+        if (post_case(fmts[f], fmts[f], f, 4, 2, 64, true, 48, true)) return 1;
+    return post_case(HX_DT_Q4_0, HX_DT_Q4_0, 6, 48, 8, 128, true, 96, true) ||
+           post_case(HX_DT_Q4_K, HX_DT_Q4_K, 7, 48, 8, 128, true, 96, true) ||
+           post_case(HX_DT_Q4_K, HX_DT_Q6_K, 8, 8, 2, 128, true, 96, true) ||
+           post_case(HX_DT_Q4_0, HX_DT_Q4_0, 9, 4, 2, 64, false, 64, true) ||
+           post_case(HX_DT_MLX4, HX_DT_MLX4, 10, 4, 2, 64, false, 64, true) ||
+           post_case(HX_DT_Q4_K, HX_DT_Q4_K, 11, 48, 8, 128, false, 128, true) ||
+           post_case(HX_DT_Q8_0, HX_DT_Q8_0, 12, 4, 2, 64, false, 64, false) ||
+           post_case(HX_DT_Q4_0, HX_DT_Q4_0, 13, 4, 2, 64, false, 48, false);
 }
 
 /* Rows of every format's table, exactly as the reference dequantizer gives them. */

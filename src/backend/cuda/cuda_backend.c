@@ -574,8 +574,8 @@ static bool join_gemv(cuda_impl *c, const mat_args *a)
         overlap(j->out, a->n * j->w.n_out, a->x, a->n * j->w.n_in) ||
         hits_outputs(p, j->out, a->n * j->w.n_out))
         return false;
-    for (int64_t k = 0; k < p->n_jobs; k++)
-        if (p->job[k].acc) return false;
+    for (int64_t k = 0; k < p->n_jobs; k++) /* (a post chose its launch's kernel too) */
+        if (p->job[k].acc || p->post[k].pos) return false;
     p->job[p->n_jobs++] = *j;
     return true;
 }
@@ -584,8 +584,9 @@ static bool join_gemv(cuda_impl *c, const mat_args *a)
  * or the one before it when the last is a one-row GEMV that neither reads nor writes out (v of
  * another dtype than q and k, as in Q4_K_M files). The rope and the cache write after it join it
  * (hx_cuda_gemv_post: a launch fewer a decode layer). NULL where there is none, or that job adds
- * into a residual; HEARTH_CUDA_GEMV_POST=0: never. */
-static hx_cuda_gemv_post *gemv_post_of(cuda_impl *c, const float *out, int64_t n)
+ * into a residual; HEARTH_CUDA_GEMV_POST=0: never. *launch (when not NULL): that launch. */
+static hx_cuda_gemv_post *gemv_post_of(cuda_impl *c, const float *out, int64_t n,
+                                       mat_args **launch)
 {
     for (size_t back = 1; c->gemv_post && back <= 2 && back <= c->n_ops; back++) {
         const op_rec *r = &c->ops[c->n_ops - back];
@@ -594,6 +595,7 @@ static hx_cuda_gemv_post *gemv_post_of(cuda_impl *c, const float *out, int64_t n
         for (int64_t k = 0; k < p->n_jobs; k++) {
             if (p->job[k].out == out && p->job[k].w.n_out == n && !p->job[k].acc) {
                 c->xq_of = NULL; /* as join_last: the launch writes more */
+                if (launch) *launch = p;
                 return &p->post[k];
             }
         }
@@ -681,17 +683,22 @@ static void cuda_rope(hx_backend *be, float *x, const int32_t *pos, int64_t n_to
     a.i2 = rope->n_rot;
     a.f = rope->mscale;
     a.i3 = rope->pairs;
-    /* Right after the one-row GEMV that wrote x (q or k, in the q/k/v launch), with pairs
-     * (2i, 2i + 1): that GEMV rotates its rows as it writes them. */
-    hx_cuda_gemv_post *g = a.i3 && n_tok == 1 && d_head % 2 == 0 && a.i2 % 2 == 0
-                               ? gemv_post_of(c, x, n_head * d_head)
+    /* Right after the one-row GEMV that wrote x (q or k, in the q/k/v launch): that GEMV
+     * rotates its rows as it writes them, with pairs (2i, 2i + 1), or (i, i + d_head / 2) over
+     * whole heads where the streamed GEMV takes the launch (its blocks' rows then pair up). */
+    mat_args *m = NULL;
+    const bool split = !a.i3;
+    hx_cuda_gemv_post *g = n_tok == 1 && d_head % (split ? 8 : 2) == 0 && a.i2 % 2 == 0
+                               ? gemv_post_of(c, x, n_head * d_head, &m)
                                : NULL;
-    if (g && !g->inv_freq && !g->cache) {
+    if (g && !g->inv_freq && !g->cache &&
+        (!split || (a.i2 == d_head && hx_cuda_gemv_streams(m->job, (int)m->n_jobs, 1)))) {
         g->pos = a.idx;
         g->inv_freq = a.w;
         g->mscale = a.f;
         g->half = a.i2 / 2;
         g->d_head = d_head;
+        g->split = split;
         return;
     }
     /* Right after the rope of q with the same positions and rotation: k joins its launch. */
@@ -716,8 +723,8 @@ static void cuda_kv_write(hx_backend *be, hx_kv_store *kv, int32_t layer, const 
     a.v = v;
     /* Right after the one-row GEMV that wrote k and v (and rotated k): it stores them. */
     hx_cuda_gemv_post *gk =
-        kv->dtype == HX_KV_F16 && n_tok == 1 ? gemv_post_of(c, k, kv->kv_dim) : NULL;
-    hx_cuda_gemv_post *gv = gk ? gemv_post_of(c, v, kv->kv_dim) : NULL;
+        kv->dtype == HX_KV_F16 && n_tok == 1 ? gemv_post_of(c, k, kv->kv_dim, NULL) : NULL;
+    hx_cuda_gemv_post *gv = gk ? gemv_post_of(c, v, kv->kv_dim, NULL) : NULL;
     if (gv && gv != gk && !gk->cache && !gv->cache && !gv->inv_freq &&
         (!gk->pos || gk->pos == a.pos)) {
         for (int side = 0; side < 2; side++) {

@@ -9,6 +9,7 @@
 // it is in registers). Prefill is matrix bound: weights are dequantized to f16 in row chunks
 // (kernels.cu) and multiplied by cuBLAS on the tensor cores (cuda_backend.c).
 #include <limits.h>
+#include <stdio.h>
 
 #include "backend/cuda/kernels.cuh"
 
@@ -162,13 +163,23 @@ __device__ __forceinline__ row_post (&post_slots())[POST_GROUPS][POST_ROWS]
     return slot;
 }
 
+// Row k of the group of rows at o0 (a post's split: rows 4j..4j+3 and half + 4j.. of a head,
+// the pairs (i, i + half) of a head's first 4 and last 4 rows).
+__device__ __forceinline__ int64_t group_row(const hx_cuda_gemv_post &p, int64_t o0, int k)
+{
+    if (!p.pos || !p.split) return o0 + k;
+    const int64_t h = o0 / p.d_head, c0 = o0 % p.d_head;
+    return h * p.d_head + c0 / 2 + (k & 3) + (k >> 2) * p.half;
+}
+
 // Row o's post p (p.pos set; a one-row launch) into *r.
 __device__ __forceinline__ void post_row(const hx_cuda_gemv_post &p, int64_t o, row_post *r)
 {
     const int32_t pos = *p.pos, c = (int32_t)(o % p.d_head), h = (int32_t)(o / p.d_head);
+    const int32_t i = p.split ? c % p.half : c / 2; // the pair's frequency
     row_post t = {1.0f, 0.0f, -1, 0};
-    if (p.inv_freq && c / 2 < p.half) {
-        rope_angle(pos, p.inv_freq[c / 2], p.mscale, &t.cs, &t.sn);
+    if (p.inv_freq && (p.split || i < p.half)) {
+        rope_angle(pos, p.inv_freq[i], p.mscale, &t.cs, &t.sn);
         t.rot = 1;
     }
     if (p.cache) t.at = (int64_t)kv_row_at(p.kv, p.layer, p.blocks, pos, h) + c;
@@ -184,15 +195,17 @@ __device__ __forceinline__ void post_before(const hx_cuda_gemv_post &p, int64_t 
         post_row(p, o, &post_slots()[0][threadIdx.x]);
 }
 
-// Output row o (thread k's) with sum s, its pair's row o ^ 1 summing to s2: rotated, written,
-// and stored into the cache, as the rope and cache-write kernels would after a plain write.
+// Output row o (thread k's) with sum s, its pair's row o2 summing to s2 (o the pair's first
+// when first): rotated, written, and stored into the cache, as the rope and cache-write kernels
+// would after a plain write.
 __device__ __forceinline__ void post_put(const hx_cuda_gemv_job &job, const hx_cuda_gemv_post &p,
-                                         int64_t o, const row_post &r, float s, float s2)
+                                         int64_t o, int64_t o2, bool first, const row_post &r,
+                                         float s, float s2)
 {
     float y = s + (job.bias ? job.bias[o] : 0.0f);
     if (r.rot) {
-        const float y2 = s2 + (job.bias ? job.bias[o ^ 1] : 0.0f);
-        y = (o & 1) == 0 ? rotated(y, y2, r.cs, r.sn, true) : rotated(y2, y, r.cs, r.sn, false);
+        const float y2 = s2 + (job.bias ? job.bias[o2] : 0.0f);
+        y = first ? rotated(y, y2, r.cs, r.sn, true) : rotated(y2, y, r.cs, r.sn, false);
     }
     job.out[o] = y;
     if (r.at >= 0) p.cache[r.at] = f16_bits(y);
@@ -249,11 +262,13 @@ __device__ __forceinline__ void gemv_store(const float (&acc)[ROWS][R], int64_t 
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < GEMV_WARPS; i++) s += part[i][k][r];
-        if (R == 1 && post && post->pos) { // (ROWS is even: row o0 + (k ^ 1) is this block's)
+        if (R == 1 && post && post->pos) { // (ROWS is even: row k's pair is this block's)
+            const int k2 = k ^ (post->split ? 4 : 1); // (split: the streamed GEMV's 8 rows)
             float s2 = 0.0f;
 #pragma unroll
-            for (int i = 0; i < GEMV_WARPS; i++) s2 += part[i][k ^ 1][r];
-            post_put(job, *post, o0 + k, post_slots()[g][k], s, s2);
+            for (int i = 0; i < GEMV_WARPS; i++) s2 += part[i][k2][r];
+            const int64_t o = group_row(*post, o0, k), o2 = group_row(*post, o0, k2);
+            post_put(job, *post, o, o2, o < o2, post_slots()[g][k], s, s2);
         } else {
             gemv_put(job, o0 + k, r, s);
         }
@@ -868,7 +883,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS, (wide_blocks<DT, R, ROUTED>()
 // for 8B Q4_0; 4 x 3: 503; 5 x 2: 485). HEARTH_CUDA_STREAM_STAGES (2 to 5) and
 // HEARTH_CUDA_STREAM_BLOCKS (1 to 5) set those two; HEARTH_CUDA_GEMV_STREAM=0: the wide kernel.
 constexpr int STREAM_ROWS = 8;
-static_assert(STREAM_ROWS <= POST_ROWS && STREAM_ROWS % 2 == 0, "post_put pairs rows");
+static_assert(STREAM_ROWS <= POST_ROWS && STREAM_ROWS == 8, "group_row: a split group is 4 + 4");
 constexpr int STREAM_UNITS = 32 * GEMV_WARPS;
 constexpr int STREAM_MOST_BLOCKS = 5; // 83-90 registers a thread: 5 blocks of 128 an SM
 
@@ -911,9 +926,10 @@ struct stream_tile<DT, true> {
 // K-quants: the rows' super-blocks of the tile in 16-byte pieces, the block's threads in turn.
 template <int DT>
 __device__ __forceinline__ void stream_copy(stream_tile<DT> &t, const hx_cuda_gemv_job &job,
-                                            int64_t o0, uint32_t tile)
+                                            const hx_cuda_gemv_post &p, int64_t o0, uint32_t tile)
 {
     const lean_view v(job.w, o0);
+    auto row = [&](int k) { return min((uint32_t)group_row(p, v.o0, k), v.last); };
     const uint32_t u0 = tile * STREAM_UNITS, nu = min((uint32_t)STREAM_UNITS, v.n_units - u0);
     const uint32_t i = threadIdx.x;
     if constexpr (stream_k<DT>()) {
@@ -921,19 +937,18 @@ __device__ __forceinline__ void stream_copy(stream_tile<DT> &t, const hx_cuda_ge
         const uint32_t per_row = nu / 8 * SB;
         for (uint32_t c = i; c < STREAM_ROWS * per_row; c += STREAM_UNITS) {
             const uint32_t k = c / per_row, at = c % per_row;
-            const uint8_t *row = v.q + (uint64_t)min(v.o0 + k, v.last) * v.rb;
-            cp_async16(&t.sb[k][at], row + (u0 / 8 * SB + at) * 16, true);
+            cp_async16(&t.sb[k][at], v.q + (uint64_t)row(k) * v.rb + (u0 / 8 * SB + at) * 16,
+                       true);
         }
     } else {
         const uint32_t u = u0 + (i < nu ? i : 0);
 #pragma unroll
         for (int k = 0; k < STREAM_ROWS; k++)
-            cp_async16(&t.codes[k][i], v.q + (uint64_t)min(v.o0 + k, v.last) * v.rb + u * 16,
-                       i < nu);
+            cp_async16(&t.codes[k][i], v.q + (uint64_t)row(k) * v.rb + u * 16, i < nu);
         const uint32_t shift = (uint32_t)b32_shift<DT>(job.w), per_row = (nu >> shift) / 8;
         if (i < STREAM_ROWS * per_row) {
             const uint32_t k = i / per_row, c = 8 * (i % per_row);
-            const uint32_t g = ((min(v.o0 + k, v.last) * v.n_units + u0) >> shift) + c;
+            const uint32_t g = ((row(k) * v.n_units + u0) >> shift) + c;
             cp_async16(&t.sc[k][c], (const uint16_t *)job.w.scales + g, true);
             if constexpr (DT == HX_DT_Q4_1)
                 cp_async16(&t.bi[k][c], (const uint16_t *)job.w.biases + g, true);
@@ -970,9 +985,9 @@ __global__ void __launch_bounds__(STREAM_UNITS, STREAM_MOST_BLOCKS)
     // item j: tile j % tiles of this block's group j / tiles
     auto copy = [&](uint32_t j) {
         int64_t o0;
-        const hx_cuda_gemv_job job =
-            gemv_job<STREAM_ROWS>(set, &o0, blockIdx.x + j / tiles * gridDim.x);
-        stream_copy<DT>(tiles_at[j % STAGES], job, o0, j % tiles);
+        const uint32_t b = blockIdx.x + j / tiles * gridDim.x;
+        const hx_cuda_gemv_job job = gemv_job<STREAM_ROWS>(set, &o0, b);
+        stream_copy<DT>(tiles_at[j % STAGES], job, gemv_post(set, b), o0, j % tiles);
     };
     for (uint32_t j = 0; j < STAGES - 1; j++) {
         if (j < n_items) copy(j);
@@ -985,7 +1000,7 @@ __global__ void __launch_bounds__(STREAM_UNITS, STREAM_MOST_BLOCKS)
         if (g < POST_GROUPS && b < n_groups) {
             const hx_cuda_gemv_job job = gemv_job<STREAM_ROWS>(set, &o0, b);
             const hx_cuda_gemv_post &p = gemv_post(set, b);
-            const int64_t o = o0 + i % STREAM_ROWS;
+            const int64_t o = group_row(p, o0, i % STREAM_ROWS);
             if (p.pos && o < job.w.n_out) post_row(p, o, &post_slots()[g][i % STREAM_ROWS]);
         }
     }
@@ -1006,8 +1021,8 @@ __global__ void __launch_bounds__(STREAM_UNITS, STREAM_MOST_BLOCKS)
             int64_t o0;
             const hx_cuda_gemv_job job = gemv_job<STREAM_ROWS>(set, &o0, b);
             const hx_cuda_gemv_post &p = gemv_post(set, b);
-            if (p.pos && i < STREAM_ROWS && o0 + i < job.w.n_out)
-                post_row(p, o0 + i, &post_slots()[POST_GROUPS - 1][i]);
+            if (p.pos && i < STREAM_ROWS && group_row(p, o0, i) < job.w.n_out)
+                post_row(p, group_row(p, o0, i), &post_slots()[POST_GROUPS - 1][i]);
         }
         if (u < n_units) {
 #pragma unroll
@@ -1364,6 +1379,13 @@ void launch_int8_gemv(dim3 g, const gemv_set &set, const int8_t *xq, const float
         launch(gemv_i8_kernel<DT, R, ROUTED>, g, t, 0, s, set, xq, xd, n);
 }
 
+// Tiles in shared memory a streamed GEMV block keeps (HEARTH_CUDA_STREAM_STAGES, 2 to 5).
+int stream_stages()
+{
+    static const int stages = env_int("HEARTH_CUDA_STREAM_STAGES", 2, 5, 2);
+    return stages;
+}
+
 // Whether the streamed GEMV takes these jobs at one row: from sm_80 (cp.async), unless
 // HEARTH_CUDA_GEMV_STREAM=0, where a tile's scales are whole 16-byte pieces a row and every copy's
 // source is 16-byte aligned.
@@ -1423,6 +1445,22 @@ void launch_stream(unsigned n_groups, const gemv_set &set, const int8_t *xq, con
 }
 
 template <int DT> struct GemvLaunch {
+    // Whether the streamed one-row GEMV takes these jobs at n rows (hx_cuda_gemv_streams).
+    static bool streams(const hx_cuda_gemv_job *jobs, int n_jobs, int64_t n)
+    {
+        bool narrow = false; // MLX groups under 32 values: wide units would straddle them
+        for (int k = 0; k < n_jobs; k++)
+            narrow = narrow || (DT == HX_DT_MLX4 && jobs[k].w.group_size % 32 != 0);
+        if constexpr (streamed<DT>())
+            return n == 1 && !narrow && stream_fits<DT>(jobs, n_jobs, stream_stages());
+        return false;
+    }
+
+    static void query(const hx_cuda_gemv_job *jobs, int n_jobs, int64_t n, int *out)
+    {
+        *out = streams(jobs, n_jobs, n);
+    }
+
     static void run(const hx_cuda_gemv_job *jobs, const hx_cuda_gemv_post *posts, int n_jobs,
                     const float *x, const int8_t *xq, const float *xd, int64_t n_rows,
                     hx_cuda_stream s)
@@ -1430,13 +1468,22 @@ template <int DT> struct GemvLaunch {
         gemv_set set = {};
         bool narrow = false; // MLX groups under 32 values: wide units would straddle them
         bool post = false;   // (the tensor-core GEMV has none: it takes several rows)
+        bool split = false;  // (the streamed GEMV's only)
         for (int k = 0; k < n_jobs; k++) {
             set.job[k] = jobs[k];
             narrow = narrow || (DT == HX_DT_MLX4 && jobs[k].w.group_size % 32 != 0);
-            if (posts && posts[k].pos && n_rows == 1) set.post[k] = posts[k], post = true;
+            if (posts && posts[k].pos && n_rows == 1) {
+                set.post[k] = posts[k];
+                post = true;
+                split = split || posts[k].split;
+            }
         }
         set.n = n_jobs;
         if (post) n_post++;
+        if (split && !streams(jobs, n_jobs, n_rows)) {
+            fprintf(stderr, "hearth: internal error: a split post off the streamed GEMV\n");
+            abort();
+        }
         // the jobs' first blocks, for blocks of `per` output rows; the number of blocks
         auto blocks = [&](int per) {
             unsigned g = 0;
@@ -1470,9 +1517,8 @@ template <int DT> struct GemvLaunch {
             }
         }
         if constexpr (streamed<DT>()) {
-            static const int stages = env_int("HEARTH_CUDA_STREAM_STAGES", 2, 5, 2);
-            if (n == 1 && !narrow && stream_fits<DT>(jobs, n_jobs, stages)) {
-                launch_stream<DT>(blocks(STREAM_ROWS), set, xq, xd, s, stages);
+            if (streams(jobs, n_jobs, n)) {
+                launch_stream<DT>(blocks(STREAM_ROWS), set, xq, xd, s, stream_stages());
                 return;
             }
         }
@@ -1485,6 +1531,13 @@ template <int DT> struct GemvLaunch {
             if constexpr (float_dt<DT>()) launch(gemv_kernel<DT, R>, g, t, 0, s, set, x, n);
             else launch_int8_gemv<DT, R, false>(blocks(per), set, xq, xd, n, narrow, s);
         });
+    }
+};
+
+template <int DT> struct GemvQuery {
+    static void run(const hx_cuda_gemv_job *jobs, int n_jobs, int64_t n, int *out)
+    {
+        GemvLaunch<DT>::query(jobs, n_jobs, n, out);
     }
 };
 
@@ -1543,6 +1596,13 @@ uint64_t hx_cuda_gemv_routed_count(void)
 uint64_t hx_cuda_gemv_post_count(void)
 {
     return n_post;
+}
+
+int hx_cuda_gemv_streams(const hx_cuda_gemv_job *jobs, int n_jobs, int64_t n_rows)
+{
+    int out = 0;
+    by_dtype<GemvQuery>(jobs[0].w.dtype, jobs, n_jobs, n_rows, &out);
+    return out;
 }
 
 } // extern "C"

@@ -69,6 +69,9 @@ typedef struct {
     const float   *inv_freq;
     float          mscale;
     int32_t        half, d_head, layer;
+    int32_t        split; /* pairs (i, i + half) instead, half = d_head / 2: the streamed GEMV
+                             only (hx_cuda_gemv_streams), whose blocks then take rows 4j..4j+3
+                             and half + 4j.. of a head */
     uint16_t      *cache;
     const int32_t *blocks;
     hx_cuda_kv     kv;
@@ -93,6 +96,8 @@ typedef struct {
 #define HX_CUDA_GEMV_ROWS 8
 int hx_cuda_gemv_int8(int32_t dtype);
 uint64_t hx_cuda_gemv_post_count(void); /* launches with a job's post, in the process (tests) */
+/* Whether hx_cuda_gemv of these jobs at n_rows rows takes the streamed one-row GEMV. */
+int hx_cuda_gemv_streams(const hx_cuda_gemv_job *jobs, int n_jobs, int64_t n_rows);
 void hx_cuda_gemv(const hx_cuda_gemv_job *jobs, const hx_cuda_gemv_post *posts, int n_jobs,
                   const float *x, const int8_t *xq, const float *xd, int64_t n_rows,
                   hx_cuda_stream s); /* posts: one a job (n_rows 1), or NULL */
