@@ -172,27 +172,32 @@ __device__ __forceinline__ int64_t group_row(const hx_cuda_gemv_post &p, int64_t
     return h * p.d_head + c0 / 2 + (k & 3) + (k >> 2) * p.half;
 }
 
-// Row o's post p (p.pos set; a one-row launch) into *r.
-__device__ __forceinline__ void post_row(const hx_cuda_gemv_post &p, int64_t o, row_post *r)
+// Row k of the group of rows at o0 (group_row; o0 + k where !SPLIT: kernels other than the
+// streamed one never get a split post), under post p of a one-row launch: its rotation and cache
+// element into post_slots()[g][k]. Nothing where p has no post or the row is past n_out.
+template <bool SPLIT>
+__device__ __forceinline__ void post_find(const hx_cuda_gemv_post &p, int64_t n_out, int64_t o0,
+                                          int k, int g)
 {
+    const bool split = SPLIT && p.split;
+    const int64_t o = SPLIT ? group_row(p, o0, k) : o0 + k;
+    if (!p.pos || o >= n_out) return;
     const int32_t pos = *p.pos, c = (int32_t)(o % p.d_head), h = (int32_t)(o / p.d_head);
-    const int32_t i = p.split ? c % p.half : c / 2; // the pair's frequency
+    const int32_t i = split ? c % p.half : c / 2; // the pair's frequency
     row_post t = {1.0f, 0.0f, -1, 0};
-    if (p.inv_freq && (p.split || i < p.half)) {
+    if (p.inv_freq && (split || i < p.half)) {
         rope_angle(pos, p.inv_freq[i], p.mscale, &t.cs, &t.sn);
         t.rot = 1;
     }
     if (p.cache) t.at = (int64_t)kv_row_at(p.kv, p.layer, p.blocks, pos, h) + c;
-    *r = t;
+    post_slots()[g][k] = t;
 }
 
-// Thread k < rows finds row o0 + k's post where there is one, for the block's only group.
+// Thread k < rows finds row o0 + k's post, for the block's only group.
 __device__ __forceinline__ void post_before(const hx_cuda_gemv_post &p, int64_t n_out, int64_t o0,
                                             int rows)
 {
-    const int64_t o = o0 + threadIdx.x;
-    if (p.pos && (int)threadIdx.x < rows && o < n_out)
-        post_row(p, o, &post_slots()[0][threadIdx.x]);
+    if ((int)threadIdx.x < rows) post_find<false>(p, n_out, o0, (int)threadIdx.x, 0);
 }
 
 // Output row o (thread k's) with sum s, its pair's row o2 summing to s2 (o the pair's first
@@ -998,10 +1003,8 @@ __global__ void __launch_bounds__(STREAM_UNITS, STREAM_MOST_BLOCKS)
         const uint32_t g = i / STREAM_ROWS, b = blockIdx.x + g * gridDim.x;
         int64_t o0;
         if (g < POST_GROUPS && b < n_groups) {
-            const hx_cuda_gemv_job job = gemv_job<STREAM_ROWS>(set, &o0, b);
-            const hx_cuda_gemv_post &p = gemv_post(set, b);
-            const int64_t o = group_row(p, o0, i % STREAM_ROWS);
-            if (p.pos && o < job.w.n_out) post_row(p, o, &post_slots()[g][i % STREAM_ROWS]);
+            const int64_t n_out = gemv_job<STREAM_ROWS>(set, &o0, b).w.n_out;
+            post_find<true>(gemv_post(set, b), n_out, o0, (int)(i % STREAM_ROWS), (int)g);
         }
     }
     after_prior();
@@ -1016,13 +1019,11 @@ __global__ void __launch_bounds__(STREAM_UNITS, STREAM_MOST_BLOCKS)
         if (j + STAGES - 1 < n_items) copy(j + STAGES - 1);
         cp_async_commit();
         const stream_tile<DT> &t = tiles_at[j % STAGES];
-        if (tile == 0 && j / tiles >= POST_GROUPS) { // (thread k: the last slots, its own)
+        if (tile == 0 && j / tiles >= POST_GROUPS && i < STREAM_ROWS) { // (the last slots)
             const uint32_t b = blockIdx.x + j / tiles * gridDim.x;
             int64_t o0;
-            const hx_cuda_gemv_job job = gemv_job<STREAM_ROWS>(set, &o0, b);
-            const hx_cuda_gemv_post &p = gemv_post(set, b);
-            if (p.pos && i < STREAM_ROWS && group_row(p, o0, i) < job.w.n_out)
-                post_row(p, group_row(p, o0, i), &post_slots()[POST_GROUPS - 1][i]);
+            const int64_t n_out = gemv_job<STREAM_ROWS>(set, &o0, b).w.n_out;
+            post_find<true>(gemv_post(set, b), n_out, o0, (int)i, POST_GROUPS - 1);
         }
         if (u < n_units) {
 #pragma unroll
