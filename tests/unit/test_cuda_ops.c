@@ -820,12 +820,12 @@ static int test_joined_launches(void)
 /* At one row, the rope of q and of k and the cache write of k and v right after the q/k/v GEMV
  * are done by that GEMV as it writes (hx_cuda_gemv_post): q and k rotated, the cache's K and V
  * rows stored, as the CPU does them to the same products (pairs as `pairs` says, n_rot of dh
- * rotated, YaRN's mscale, a bias on q), over four steps (eager, captured, replayed twice) at positions in
- * different blocks of the table. Two layers a step, as in a model: the first layer's rope stages
- * the step's positions (an op between the GEMV and it), the second's joins the GEMV. h x dh
- * query rows, kh x dh of k and v; q and k in format fmt, v in fmt_v (another: a launch of its
- * own between the q/k GEMV and the rope); `call` numbers the calls (each keeps its weights);
- * `joined`: whether the GEMV is to do it (else the rope kernel does). */
+ * rotated, YaRN's mscale, a bias on q), over four steps (eager, captured, replayed twice) at
+ * positions in different blocks of the table. Two layers a step, as in a model: the first
+ * layer's rope stages the step's positions (an op between the GEMV and it), the second's joins
+ * the GEMV. h x dh query rows, kh x dh of k and v; q and k in format fmt, v in fmt_v (another:
+ * a launch of its own between the q/k GEMV and the rope); `call` numbers the calls (each keeps
+ * its weights); `joined`: whether the GEMV is to do it (else the rope kernel does). */
 static int post_case(hx_dtype fmt, hx_dtype fmt_v, int call, int32_t h, int32_t kh, int32_t dh,
                      bool pairs, int32_t n_rot, bool joined)
 {
