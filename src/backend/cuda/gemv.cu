@@ -140,6 +140,8 @@ __device__ __forceinline__ hx_cuda_gemv_job gemv_job_of(const gemv_set &set, int
 // The rope kernel after the q, k and v GEMV cost a launch a layer (~2.2 us of an 8B Q4_0
 // layer's ~67 on an H100, its work mostly done before its wait). Joined here: 8B Q4_0 decode on
 // an H100 +1.6-2.6% (the streamed GEMV; the wide one +0.3%), 1B +1-6%, 8B Q4_K no change.
+// With (i, i + d/2) pairs (split posts, below): Qwen2.5-7B Q4_0 +1.2-1.3%, 8B MLX 4-bit -0.1 to
+// -0.5% (within the runs' spread) on an H100.
 // At one row the GEMV's block has both rows of a pair (2i, 2i + 1): every block's rows start at
 // an even row, and thread k of the store holds row o0 + k while the warps' partial sums of row
 // o0 + (k ^ 1) are beside it in shared memory.
