@@ -899,6 +899,10 @@ constexpr int STREAM_MOST_BLOCKS = 5; // 83-90 registers a thread: 5 blocks of 1
 // streamed (hx-gpu-kernels: the output matrix 141 -> 187 us, 4,096 x 14,336 23.9 -> 24.9; an 8B
 // Q4_K_M decode 401 -> 391 tok/s), where Q4_K's were as fast or faster (4,096 x 14,336 16.5 ->
 // 14.3 us, 14,336 x 4,096 13.4 -> 12.8; 8B Q4_K decode 427.6-429.3 -> 428.5-430.8 tok/s).
+// Since the posts came into the streamed kernel, streaming Q4_K has lost on the H100 (8B Q4_K
+// decode, the lean loop against the stream: 425 / 413 tok/s in the sixteenth session, 429.1 /
+// 380.8 and 429.4 / 383.2 in the nineteenth), so Q4_K streams only where
+// HEARTH_CUDA_STREAM_Q4K=1 asks (stream_fits), until a GPU shows why and the stream wins again.
 template <int DT>
 constexpr bool stream_k()
 {
@@ -1396,7 +1400,9 @@ template <int DT>
 bool stream_fits(const hx_cuda_gemv_job *jobs, int n_jobs, int stages)
 {
     static const bool off = hx_cuda_switched_off("HEARTH_CUDA_GEMV_STREAM");
-    if (off || device_major() < 8 || (int)sizeof(stream_tile<DT>) * stages > smem_optin())
+    static const bool q4k = env_int("HEARTH_CUDA_STREAM_Q4K", 0, 1, 0) != 0; // (stream_k)
+    if (off || (stream_k<DT>() && !q4k) || device_major() < 8 ||
+        (int)sizeof(stream_tile<DT>) * stages > smem_optin())
         return false;
     for (int k = 0; k < n_jobs; k++) {
         const hx_cuda_wmat &w = jobs[k].w;
