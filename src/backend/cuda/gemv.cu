@@ -1454,14 +1454,20 @@ void launch_stream(unsigned n_groups, const gemv_set &set, const int8_t *xq, con
 }
 
 template <int DT> struct GemvLaunch {
+    // Whether a job has MLX groups under 32 values (wide units would straddle them).
+    static bool narrow_groups(const hx_cuda_gemv_job *jobs, int n_jobs)
+    {
+        for (int k = 0; k < n_jobs; k++)
+            if (DT == HX_DT_MLX4 && jobs[k].w.group_size % 32 != 0) return true;
+        return false;
+    }
+
     // Whether the streamed one-row GEMV takes these jobs at n rows (hx_cuda_gemv_streams).
     static bool streams(const hx_cuda_gemv_job *jobs, int n_jobs, int64_t n)
     {
-        bool narrow = false; // MLX groups under 32 values: wide units would straddle them
-        for (int k = 0; k < n_jobs; k++)
-            narrow = narrow || (DT == HX_DT_MLX4 && jobs[k].w.group_size % 32 != 0);
         if constexpr (streamed<DT>())
-            return n == 1 && !narrow && stream_fits<DT>(jobs, n_jobs, stream_stages());
+            return n == 1 && !narrow_groups(jobs, n_jobs) &&
+                   stream_fits<DT>(jobs, n_jobs, stream_stages());
         return false;
     }
 
@@ -1475,12 +1481,11 @@ template <int DT> struct GemvLaunch {
                     hx_cuda_stream s)
     {
         gemv_set set = {};
-        bool narrow = false; // MLX groups under 32 values: wide units would straddle them
-        bool post = false;   // (the tensor-core GEMV has none: it takes several rows)
-        bool split = false;  // (the streamed GEMV's only)
+        const bool narrow = narrow_groups(jobs, n_jobs);
+        bool post = false;  // (the tensor-core GEMV has none: it takes several rows)
+        bool split = false; // (the streamed GEMV's only)
         for (int k = 0; k < n_jobs; k++) {
             set.job[k] = jobs[k];
-            narrow = narrow || (DT == HX_DT_MLX4 && jobs[k].w.group_size % 32 != 0);
             if (posts && posts[k].pos && n_rows == 1) {
                 set.post[k] = posts[k];
                 post = true;
