@@ -923,19 +923,36 @@ static int post_case(hx_dtype fmt, hx_dtype fmt_v, int call, int32_t h, int32_t 
     return 0;
 }
 
+/* Whether the backend's one-row GEMV streams Q4_K q, k and v of `n_out` rows by N_IN values, as
+ * the library decides it (hx_cuda_gemv_streams; HEARTH_CUDA_STREAM_Q4K): -1 where the weight
+ * cannot be made. */
+static int q4k_streams(int64_t n_out, int64_t n_in)
+{
+    static weight w;
+    hx_err err = {0};
+    const hx_tensor *t;
+    if (weight_make(&w, HX_DT_Q4_K, n_out, n_in) || !(t = gpu->weight(gpu, &w.t, &err))) return -1;
+    const hx_cuda_gemv_job job = {.w = *(const hx_cuda_wmat *)t->prepared};
+    const int streams = hx_cuda_gemv_streams(&job, 1, 1) != 0;
+    gpu->weight_release(gpu, t);
+    weight_free(&w);
+    return streams;
+}
+
 /* Pairs (2i, 2i + 1), a quarter of each head not rotated: the streamed GEMV (Q4_0, MLX 4-bit as
  * Q4_1; at 48 heads of 128 its blocks take a second group of rows), the wide one (Q8_0, Q6_K,
  * Q4_K), the float one (f16), and v apart (Q4_K_M). Pairs (i, i + d/2), whole heads rotated: the
  * streamed GEMV's blocks take rows of both halves (Q4_0, MLX 4-bit); the wide GEMV (Q8_0, and
  * Q4_K) and a partial rotation leave it to the rope kernel. Q4_K streams, and so joins (i, i +
- * d/2) pairs, only under HEARTH_CUDA_STREAM_Q4K=1 (gemv.cu, stream_k): run it both ways. */
+ * d/2) pairs, only under HEARTH_CUDA_STREAM_Q4K=1 (gemv.cu, stream_k; q4k_streams asks the
+ * library): run it both ways. */
 static int test_gemv_post(void)
 {
     NEED_GPU();
-    const char *q4k_env = getenv("HEARTH_CUDA_STREAM_Q4K");
-    const bool q4k_streams = q4k_env && strcmp(q4k_env, "1") == 0;
     hx_err err = {0};
     CHECK(gpu->reserve(gpu, 6144, 64, &err) == HX_OK);
+    const int q4k = q4k_streams(48 * 128, 512); /* case 11's q (post_case's N_IN) */
+    CHECK(q4k >= 0);
     const hx_dtype fmts[] = {HX_DT_Q4_0, HX_DT_Q4_K, HX_DT_MLX4, HX_DT_Q8_0, HX_DT_Q6_K,
                              HX_DT_F16};
     for (int f = 0; f < (int)HX_COUNTOF(fmts); f++)
@@ -945,7 +962,7 @@ static int test_gemv_post(void)
            post_case(HX_DT_Q4_K, HX_DT_Q6_K, 8, 8, 2, 128, true, 96, true) ||
            post_case(HX_DT_Q4_0, HX_DT_Q4_0, 9, 4, 2, 64, false, 64, true) ||
            post_case(HX_DT_MLX4, HX_DT_MLX4, 10, 4, 2, 64, false, 64, true) ||
-           post_case(HX_DT_Q4_K, HX_DT_Q4_K, 11, 48, 8, 128, false, 128, q4k_streams) ||
+           post_case(HX_DT_Q4_K, HX_DT_Q4_K, 11, 48, 8, 128, false, 128, q4k == 1) ||
            post_case(HX_DT_Q8_0, HX_DT_Q8_0, 12, 4, 2, 64, false, 64, false) ||
            post_case(HX_DT_Q4_0, HX_DT_Q4_0, 13, 4, 2, 64, false, 48, false);
 }
