@@ -27,6 +27,8 @@
  *  - a phase waits for the one before on a counter of units done (the finishing warp adds its
  *    units with release when it would otherwise wait, or at the phase's end; one thread polls
  *    with acquire loads), not on a grid barrier; only the summing warps wait, the copies go on.
+ *    --ready: the reader instead takes its input a block of 32 values at a time, each as its
+ *    producer sets the block's flag (with release), so the copy overlaps the phase's tail.
  *  - a layer is five phases: q/k/v (k and v only stored); attention's stand-in (a task a head:
  *    wait --att-us, round the head's q as o's input); o into h, the ffn norm's rounding; gate
  *    and up, SwiGLU rounded; down into h, the next norm's rounding. Then the output matrix.
@@ -37,7 +39,7 @@
  * and its share of the read kernel's bandwidth.
  *
  * usage: hx-gpu-step-probe [--shape 8b|1b] [--layers N] [--vocab N] [--stages N] [--runs N]
- *                          [--rows] [--att-us F] [--split 1|2] [--dyn] [--dbg 0-7]
+ *                          [--rows] [--att-us F] [--split 1|2] [--dyn] [--ready] [--dbg 0-7]
  *   --dbg is a sum of what to leave out (timing only): 1 the waits between phases, 2 the
  *   sums, 4 the rest of the work (the input's copy, attention's wait, the units' finishing);
  *   7 leaves the weight stream alone. Without sums or that work the check is skipped.
@@ -92,6 +94,8 @@ struct Phase {
     const int8_t *xq;
     const float *xd, *sq;
     const int *xs;
+    const unsigned *xr; // --ready: a flag a block of 32 (x_epoch once the block is there)
+    unsigned x_epoch;
     float *out;        // K_QKV: q, k, v; K_ATT: q (read); K_O, K_DOWN: the residual h (added
                        // into); K_OUT: logits
     // The rounding this phase leaves (K_ATT, K_O, K_GU, K_DOWN), of n_out values; K_O and
@@ -99,13 +103,14 @@ struct Phase {
     int8_t *oq;
     float *od, *osq;
     int *os;
+    unsigned *orf;     // its ready flags, set to this phase's index + 1 (--ready)
     const float *nw;
     int n_out;
 };
 
 struct Args {
     const Phase *ph;
-    int n_ph, rows_layout, dbg, head_dim;
+    int n_ph, rows_layout, dbg, head_dim, ready;
     unsigned *ctr, *claim; // a phase's units done; a phase's units claimed (--dyn)
     int dyn;
     long long att_cycles;
@@ -310,11 +315,41 @@ __device__ __forceinline__ void wait_for(const Args &a, int c, int n, int n_sum)
     sum_sync(n_sum);
 }
 
+// load_x with --ready: each thread copies its blocks of 32 as each is released by its producer
+// (no wait for the whole phase before), then 1 / rms from the blocks' squares.
+__device__ float load_x_ready(const Phase &p, int8_t *xs, float *xd, int *xsum, int n_sum)
+{
+    __shared__ float sqw[16];
+    const int t = threadIdx.x, nb = p.K / 32;
+    float sq = 0.0f;
+    for (int j = t; j < nb; j += n_sum) {
+        while (ld_acquire(p.xr + j) != p.x_epoch)
+            __nanosleep(32);
+        const int4 *hi = (const int4 *)(p.xq + j * 32), *lo = (const int4 *)(p.xq + p.K + j * 32);
+        const int4 h0 = __ldcg(hi), h1 = __ldcg(hi + 1), l0 = __ldcg(lo), l1 = __ldcg(lo + 1);
+        ((int4 *)(xs + j * 32))[0] = h0, ((int4 *)(xs + j * 32))[1] = h1;
+        ((int4 *)(xs + p.K + j * 32))[0] = l0, ((int4 *)(xs + p.K + j * 32))[1] = l1;
+        xd[j] = __ldcg(p.xd + j), xsum[j] = __ldcg(p.xs + j);
+        if (p.sq) sq += __ldcg(p.sq + j);
+    }
+    sq = warp_sum(sq);
+    if ((t & 31) == 0) sqw[t / 32] = sq;
+    sum_sync(n_sum);
+    float rinv = 1.0f;
+    if (t == 0 && p.sq) {
+        float s = 0.0f;
+        for (int w = 0; w < n_sum / 32; w++) s += sqw[w];
+        rinv = rsqrtf(s / (float)p.K + 1e-5f);
+    }
+    return rinv;
+}
+
 // Copies the phase's input into shared memory (hi bytes, lo bytes, scales, integer sums);
 // returns 1 / rms from its squares where the phase has a norm (to thread 0; else 1).
 __device__ float load_x(const Phase &p, int8_t *xs, float *xd, int *xsum, int n_sum)
 {
     const int t = threadIdx.x, nb = p.K / 32;
+    if (p.xr) return load_x_ready(p, xs, xd, xsum, n_sum);
     for (int i = t; i < p.K / 8; i += n_sum) ((int4 *)xs)[i] = __ldcg((const int4 *)p.xq + i);
     for (int i = t; i < nb; i += n_sum) xd[i] = __ldcg(p.xd + i), xsum[i] = __ldcg(p.xs + i);
     float rinv = 1.0f;
@@ -403,6 +438,15 @@ __device__ void finish_unit(const Args &a, const Phase &p, int u, const Out &o, 
     }
 }
 
+// Block j of a rounding is there: its flag to epoch, with release (after the warp's stores).
+__device__ __forceinline__ void release_block(unsigned *flags, int j, unsigned epoch)
+{
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0 && flags)
+        asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flags + j), "r"(epoch)
+                     : "memory");
+}
+
 // Adds n units to counter c with release semantics, publishing the finishing warp's stores
 // (its lanes' stores ordered before by the warp barrier).
 __device__ __forceinline__ void publish(const Args &a, int c, unsigned n)
@@ -434,6 +478,7 @@ __device__ void finisher(const Args &a, Side *side, int halves)
             mbar_wait(&side->out_full[b], par);
             const int u = side->out[b].unit;
             if (u >= 0 && !(a.dbg & DBG_NO_WORK)) finish_unit(a, p, u, side->out[b], halves);
+            if (u >= 0 && p.orf) release_block(p.orf, u, (unsigned)ip + 1);
             __syncwarp();
             if ((threadIdx.x & 31) == 0) mbar_arrive(&side->out_empty[b]);
             if (u < 0) break;
@@ -453,9 +498,10 @@ __device__ void att_task(const Args &a, const Phase &p, int u, int n_sum)
         }
     }
     sum_sync(n_sum);
-    if ((int)threadIdx.x < a.head_dim && !(a.dbg & DBG_NO_WORK)) {
+    if ((int)threadIdx.x < a.head_dim) {
         const int i = u * a.head_dim + threadIdx.x;
-        round_x(__ldcg(p.out + i), i, p.n_out, p.oq, p.od, p.os);
+        if (!(a.dbg & DBG_NO_WORK)) round_x(__ldcg(p.out + i), i, p.n_out, p.oq, p.od, p.os);
+        release_block(p.orf, i / 32, p.done_ctr + 1u); // (done_ctr is the phase's index)
     }
     sum_sync(n_sum);
     if (threadIdx.x == 0) {
@@ -536,7 +582,8 @@ __global__ void __launch_bounds__(32 * (8 * SPLIT + 2), 1) step_kernel(const Arg
         int u = next_unit();
         float rinv = 1.0f;
         if (u >= 0) { // this block has a share of the phase: its input first
-            wait_for(a, p.wait_ctr, p.wait_n, N_SUM);
+            const bool by_block = p.xr && !(a.dbg & DBG_NO_WORK); // --ready: load_x waits
+            wait_for(a, by_block ? -1 : p.wait_ctr, p.wait_n, N_SUM);
             if (!(a.dbg & DBG_NO_WORK)) rinv = load_x(p, xs, xd, xsum, N_SUM);
         }
         for (; u >= 0; u = next_unit()) {
@@ -699,12 +746,14 @@ struct Xbuf {
     int8_t *q;
     float *d, *sq;
     int *s;
+    unsigned *r; // ready flags (--ready)
 };
+enum : unsigned { INIT_EPOCH = 0x7f7f7f7fu }; // the step's first input's flags (memset 0x7f)
 
 static Xbuf x_alloc(int n)
 {
     return Xbuf{(int8_t *)dev_alloc(2 * (size_t)n), (float *)dev_alloc(n / 8),
-                (float *)dev_alloc(n / 8), (int *)dev_alloc(n / 8)};
+                (float *)dev_alloc(n / 8), (int *)dev_alloc(n / 8), (unsigned *)dev_alloc(n / 8)};
 }
 
 static void x_copy(const Xbuf &to, const Xbuf &from, int n)
@@ -715,11 +764,16 @@ static void x_copy(const Xbuf &to, const Xbuf &from, int n)
     CUDA_CHECK(cudaMemcpyAsync(to.s, from.s, n / 8, cudaMemcpyDeviceToDevice));
 }
 
-// The input and output fields of a phase: it reads in (its squares when norm), leaves out.
-static void wire(Phase *p, const Xbuf &in, bool norm, const Xbuf *out, int n_out)
+// The input and output fields of a phase: it reads in (its squares when norm), leaves out;
+// with ready, block by block as the phase prev (-1: the step's start) leaves them.
+static void wire(Phase *p, const Xbuf &in, bool norm, const Xbuf *out, int n_out, bool ready,
+                 int prev)
 {
     p->xq = in.q, p->xd = in.d, p->xs = in.s, p->sq = norm ? in.sq : nullptr;
+    p->xr = ready ? in.r : nullptr;
+    p->x_epoch = prev >= 0 ? (unsigned)prev + 1 : INIT_EPOCH;
     if (out) p->oq = out->q, p->od = out->d, p->os = out->s, p->osq = out->sq, p->n_out = n_out;
+    if (out && ready) p->orf = out->r;
 }
 
 static double median(std::vector<double> v)
@@ -732,7 +786,7 @@ int main(int argc, char **argv)
 {
     Shape sh = {4096, 32, 8, 128, 14336, 32, 128256};
     int stages = 20, runs = 9, dbg = 0, rows_layout = 0, layers = -1, vocab = -1, split = 1;
-    int dyn = 0;
+    int dyn = 0, ready = 0;
     double att_us = 2.0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
@@ -746,6 +800,7 @@ int main(int argc, char **argv)
         else if (!strcmp(o, "--runs")) runs = atoi(v), i++;
         else if (!strcmp(o, "--dbg")) dbg = atoi(v), i++;
         else if (!strcmp(o, "--dyn")) dyn = 1;
+        else if (!strcmp(o, "--ready")) ready = 1;
         else if (!strcmp(o, "--split")) split = atoi(v) == 2 ? 2 : 1, i++;
         else if (!strcmp(o, "--att-us")) att_us = atof(v), i++;
         else {
@@ -797,32 +852,34 @@ int main(int argc, char **argv)
         return (int)ph.size() - 1;
     };
     int prev = -1;
+    const bool rdy = ready && !(dbg & DBG_NO_WAIT);
     for (int l = 0; l < sh.layers; l++) {
         Phase p = {};
         p.layer = l, p.kind = K_QKV, p.out = qkv;
-        wire(&p, xa, true, nullptr, 0);
+        wire(&p, xa, true, nullptr, 0, rdy, prev);
         prev = add(p, qd + 2 * kvd, H, prev);
         p = {};
         p.layer = l, p.kind = K_ATT, p.n_units = sh.heads, p.out = qkv;
-        wire(&p, xa, false, &xo, qd);
+        wire(&p, xa, false, &xo, qd, false, prev);
+        p.orf = rdy ? xo.r : nullptr;
         prev = add(p, 0, qd, prev);
         p = {};
         p.layer = l, p.kind = K_O, p.out = h, p.nw = random_norm(H);
-        wire(&p, xo, false, &xf, H);
+        wire(&p, xo, false, &xf, H, rdy, prev);
         prev = add(p, H, qd, prev);
         p = {};
         p.layer = l, p.kind = K_GU, p.q_rows = F;
-        wire(&p, xf, true, &xg, F);
+        wire(&p, xf, true, &xg, F, rdy, prev);
         prev = add(p, 2 * F, H, prev);
         p = {};
         p.layer = l, p.kind = K_DOWN, p.out = h, p.nw = random_norm(H); // next attn or output norm
-        wire(&p, xg, false, &xa, H);
+        wire(&p, xg, false, &xa, H, rdy, prev);
         prev = add(p, H, F, prev);
     }
     if (sh.vocab > 0) {
         Phase p = {};
         p.layer = sh.layers, p.kind = K_OUT, p.out = logits;
-        wire(&p, xa, true, nullptr, 0);
+        wire(&p, xa, true, nullptr, 0, rdy, prev);
         add(p, sh.vocab, H, prev);
     }
     Phase *d_ph = (Phase *)dev_alloc(ph.size() * sizeof(Phase));
@@ -852,6 +909,9 @@ int main(int argc, char **argv)
     auto step = [&]() {
         CUDA_CHECK(cudaMemcpyAsync(h, h0, H * sizeof(float), cudaMemcpyDeviceToDevice));
         x_copy(xa, x0, H);
+        for (const Xbuf *x : {&xf, &xg, &xo})
+            CUDA_CHECK(cudaMemsetAsync(x->r, 0, (x == &xg ? F : x == &xo ? qd : H) / 8));
+        CUDA_CHECK(cudaMemsetAsync(xa.r, 0x7f, H / 8));
         CUDA_CHECK(cudaMemsetAsync(ctr, 0, 2 * n_ctr * sizeof(unsigned)));
         void *kargs[] = {(void *)&a, (void *)&stages};
         CUDA_CHECK(cudaEventRecord(e0));
@@ -886,9 +946,10 @@ int main(int argc, char **argv)
     }
     const double read_us = median(rt), read_gbs = bytes / read_us / 1e3;
     printf("%s, %d SMs; shape hidden %d ffn %d layers %d vocab %d; %s layout, %d stages, "
-           "%d summing warps, units %s, dbg %d, att %.1f us\n",
+           "%d summing warps, units %s, inputs %s, dbg %d, att %.1f us\n",
            prop.name, grid, H, F, sh.layers, sh.vocab, rows_layout ? "rows" : "tile", stages,
-           TILE_ROWS * split, dyn ? "claimed" : "dealt", dbg, att_us);
+           TILE_ROWS * split, dyn ? "claimed" : "dealt",
+           rdy ? "taken block by block" : "after their phase", dbg, att_us);
     printf("weights %.3f GB; read kernel %.1f us = %.0f GB/s\n", bytes / 1e9, read_us, read_gbs);
     fflush(stdout);
 
@@ -898,7 +959,7 @@ int main(int argc, char **argv)
         reference_kernel<<<(qd + 2 * kvd + 127) / 128, 128>>>(
             [&] {
                 Phase p = ph[0];
-                wire(&p, x0, true, nullptr, 0);
+                wire(&p, x0, true, nullptr, 0, false, -1);
                 return p;
             }(),
             rows_layout, ref);
