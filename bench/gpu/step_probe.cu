@@ -70,7 +70,7 @@ enum {
     TILE_K = 2048,                        // values of a tile row
     TILE_CODES = TILE_ROWS * TILE_K / 2,  // 8,192
     TILE_BYTES = TILE_CODES + TILE_ROWS * TILE_K / 32 * 2, // + 1,024 of scales
-    MAX_UNIT = 32,
+    UNIT = 32,                            // output rows a unit (gate/up: of each)
     MAX_STAGES = 24,
     MAX_K = 14336,
 };
@@ -80,10 +80,10 @@ enum { DBG_NO_WAIT = 1, DBG_NO_SUM = 2, DBG_NO_WORK = 4 };
 // One phase of the step, as the kernel reads it.
 struct Phase {
     int kind, layer;
-    int n_units;  // units of R = 32 rows (K_ATT: heads)
+    int n_units;  // units of UNIT rows (K_ATT: heads)
     int first;    // the step's running unit count before this phase: unit u goes to block
                   // (first + u) % gridDim.x
-    int R, rg, kt; // rows a unit; row groups of 8 a unit (K_GU: gate's, then up's); k-tiles
+    int rg, kt;   // row groups of 8 a unit (K_GU: gate's, then up's); k-tiles
     int K;        // input values
     int wait_ctr, wait_n, done_ctr; // the counter waited for (-1: none) and its target; ours
     int q_rows;   // K_GU: the ffn's rows (up's offset)
@@ -110,7 +110,7 @@ struct Phase {
 
 struct Args {
     const Phase *ph;
-    int n_ph, rows_layout, dbg, head_dim, ready;
+    int n_ph, rows_layout, dbg, head_dim;
     unsigned *ctr, *claim; // a phase's units done; a phase's units claimed (--dyn)
     int dyn;
     long long att_cycles;
@@ -209,10 +209,10 @@ __device__ __host__ __forceinline__ int64_t unit_row(const Phase &p, int u, int 
 {
     if (p.kind == K_GU) { // the first half of the groups gate's, the second up's
         const int half = p.rg / 2;
-        return (int64_t)(g >= half ? p.q_rows : 0) + (int64_t)u * p.R + (g % half) * TILE_ROWS +
+        return (int64_t)(g >= half ? p.q_rows : 0) + (int64_t)u * UNIT + (g % half) * TILE_ROWS +
                w;
     }
-    return (int64_t)u * p.R + g * TILE_ROWS + w;
+    return (int64_t)u * UNIT + g * TILE_ROWS + w;
 }
 
 // Where tile t of unit u starts (tile layout), t = k-tile * rg + row group.
@@ -242,22 +242,25 @@ __device__ void copier(const Args &a, uint8_t *ring, uint64_t *full, uint64_t *e
                        volatile int *unit_of, int stages)
 {
     uint32_t i = 0;
+    // The next stage, once its last tile is summed, marked with unit u.
+    auto stage = [&](int u) {
+        const int s = (int)(i % (uint32_t)stages);
+        if (i >= (uint32_t)stages) mbar_wait(&empty[s], (i / stages - 1) & 1);
+        i++;
+        unit_of[s] = u;
+        return s;
+    };
     for (int ip = 0; ip < a.n_ph; ip++) {
         const Phase &p = a.ph[ip];
         if (!has_tiles(p.kind)) continue;
-        const int tiles = p.rg * p.kt;
         for (int u = first_unit(p);; u += gridDim.x) {
             if (a.dyn) u = (int)atomicAdd(a.claim + ip, 1u);
-            const bool end = u >= p.n_units;
-            for (int t = 0; t < (end ? 1 : tiles); t++, i++) {
-                const int s = (int)(i % (uint32_t)stages);
-                if (i >= (uint32_t)stages) mbar_wait(&empty[s], (i / stages - 1) & 1);
-                unit_of[s] = end ? -1 : u;
-                if (end) {
-                    mbar_arrive(&full[s]);
-                    i++; // (the loop's own increment is skipped by the break)
-                    break;
-                }
+            if (u >= p.n_units) { // the block's share has ended: a stage with no copy
+                mbar_arrive(&full[stage(-1)]);
+                break;
+            }
+            for (int t = 0; t < p.rg * p.kt; t++) {
+                const int s = stage(u);
                 uint8_t *dst = ring + (size_t)s * TILE_BYTES;
                 mbar_expect(&full[s], TILE_BYTES);
                 if (!a.rows_layout) {
@@ -275,7 +278,6 @@ __device__ void copier(const Args &a, uint8_t *ring, uint64_t *full, uint64_t *e
                               &full[s]);
                 }
             }
-            if (end) break;
         }
     }
 }
@@ -285,7 +287,7 @@ __device__ void copier(const Args &a, uint8_t *ring, uint64_t *full, uint64_t *e
 // A unit's row sums, handed from the summing warps to the finishing warp through a ring of
 // OUTS buffers (an mbarrier each way), with the 1 / rms of its phase.
 struct Out {
-    float v[2][2 * MAX_UNIT]; // [k-half][row of the unit] (one half unless --split 2)
+    float v[2][2 * UNIT]; // [k-half][row of the unit] (one half unless --split 2)
     float rinv;
     int unit; // -1: the block's share of the phase has ended
     unsigned pad[2];
@@ -315,16 +317,19 @@ __device__ __forceinline__ void wait_for(const Args &a, int c, int n, int n_sum)
     sum_sync(n_sum);
 }
 
-// load_x with --ready: each thread copies its blocks of 32 as each is released by its producer
-// (no wait for the whole phase before), then 1 / rms from the blocks' squares.
-__device__ float load_x_ready(const Phase &p, int8_t *xs, float *xd, int *xsum, int n_sum)
+// Copies the phase's input into shared memory (hi bytes, lo bytes, scales, integer sums), a
+// block of 32 values a thread at a time; with --ready (p.xr) each block as soon as its producer
+// has released it, rather than after the whole phase. Returns 1 / rms from the blocks' squares
+// where the phase has a norm (to thread 0; else 1).
+__device__ float load_x(const Phase &p, int8_t *xs, float *xd, int *xsum, int n_sum)
 {
     __shared__ float sqw[16];
     const int t = threadIdx.x, nb = p.K / 32;
     float sq = 0.0f;
     for (int j = t; j < nb; j += n_sum) {
-        while (ld_acquire(p.xr + j) != p.x_epoch)
-            __nanosleep(32);
+        if (p.xr)
+            while (ld_acquire(p.xr + j) != p.x_epoch)
+                __nanosleep(32);
         const int4 *hi = (const int4 *)(p.xq + j * 32), *lo = (const int4 *)(p.xq + p.K + j * 32);
         const int4 h0 = __ldcg(hi), h1 = __ldcg(hi + 1), l0 = __ldcg(lo), l1 = __ldcg(lo + 1);
         ((int4 *)(xs + j * 32))[0] = h0, ((int4 *)(xs + j * 32))[1] = h1;
@@ -341,25 +346,6 @@ __device__ float load_x_ready(const Phase &p, int8_t *xs, float *xd, int *xsum, 
         for (int w = 0; w < n_sum / 32; w++) s += sqw[w];
         rinv = rsqrtf(s / (float)p.K + 1e-5f);
     }
-    return rinv;
-}
-
-// Copies the phase's input into shared memory (hi bytes, lo bytes, scales, integer sums);
-// returns 1 / rms from its squares where the phase has a norm (to thread 0; else 1).
-__device__ float load_x(const Phase &p, int8_t *xs, float *xd, int *xsum, int n_sum)
-{
-    const int t = threadIdx.x, nb = p.K / 32;
-    if (p.xr) return load_x_ready(p, xs, xd, xsum, n_sum);
-    for (int i = t; i < p.K / 8; i += n_sum) ((int4 *)xs)[i] = __ldcg((const int4 *)p.xq + i);
-    for (int i = t; i < nb; i += n_sum) xd[i] = __ldcg(p.xd + i), xsum[i] = __ldcg(p.xs + i);
-    float rinv = 1.0f;
-    if (p.sq && t < 32) {
-        float s = 0.0f;
-        for (int i = t; i < nb; i += 32) s += __ldcg(p.sq + i);
-        s = warp_sum(s);
-        rinv = rsqrtf(s / (float)p.K + 1e-5f);
-    }
-    sum_sync(n_sum);
     return rinv;
 }
 
@@ -418,10 +404,10 @@ __device__ __forceinline__ float tile_sum(const uint8_t *tile, int w, int b, con
 __device__ void finish_unit(const Args &a, const Phase &p, int u, const Out &o, int halves)
 {
     const int lane = threadIdx.x & 31;
-    float r = o.v[0][lane], up = o.v[0][MAX_UNIT + lane];
-    if (halves == 2) r += o.v[1][lane], up += o.v[1][MAX_UNIT + lane];
+    float r = o.v[0][lane], up = o.v[0][UNIT + lane];
+    if (halves == 2) r += o.v[1][lane], up += o.v[1][UNIT + lane];
     r *= o.rinv, up *= o.rinv;
-    const int row = u * MAX_UNIT + lane;
+    const int row = u * UNIT + lane;
     if (p.kind == K_QKV) {
         p.out[row] = r;
         if (p.layer == 0 && a.chk) a.chk[row] = r;
@@ -447,14 +433,18 @@ __device__ __forceinline__ void release_block(unsigned *flags, int j, unsigned e
                      : "memory");
 }
 
-// Adds n units to counter c with release semantics, publishing the finishing warp's stores
-// (its lanes' stores ordered before by the warp barrier).
+// *c += n with release: the calling thread's stores, and those ordered before them by a
+// barrier, are seen by whoever acquires the new count.
+__device__ __forceinline__ void release_add(unsigned *c, unsigned n)
+{
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(c), "r"(n) : "memory");
+}
+
+// Adds n units to counter c, publishing the finishing warp's stores.
 __device__ __forceinline__ void publish(const Args &a, int c, unsigned n)
 {
     __syncwarp();
-    if ((threadIdx.x & 31) == 0 && n)
-        asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(a.ctr + c), "r"(n)
-                     : "memory");
+    if ((threadIdx.x & 31) == 0 && n) release_add(a.ctr + c, n);
 }
 
 // The finishing warp: each unit as its sums arrive (the unit's number with them; -1 ends the
@@ -504,10 +494,7 @@ __device__ void att_task(const Args &a, const Phase &p, int u, int n_sum)
         release_block(p.orf, i / 32, p.done_ctr + 1u); // (done_ctr is the phase's index)
     }
     sum_sync(n_sum);
-    if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(a.ctr + p.done_ctr, 1u);
-    }
+    if (threadIdx.x == 0) release_add(a.ctr + p.done_ctr, 1);
 }
 
 // Block: warps 0 .. 8 SPLIT - 1 sum (warp w: tile row w % 8; with SPLIT 2, the k-half w / 8 of
@@ -619,8 +606,8 @@ __global__ void __launch_bounds__(32 * (8 * SPLIT + 2), 1) step_kernel(const Arg
 __global__ void reference_kernel(const Phase p, int rows_layout, float *ref)
 {
     const int o = blockIdx.x * blockDim.x + threadIdx.x;
-    if (o >= p.n_units * p.R) return;
-    const int u = o / p.R, g = (o % p.R) / TILE_ROWS, w = o % TILE_ROWS;
+    if (o >= p.n_units * UNIT) return;
+    const int u = o / UNIT, g = (o % UNIT) / TILE_ROWS, w = o % TILE_ROWS;
     float sq = 0.0f;
     for (int i = 0; i < p.K / 32; i++) sq += p.sq[i];
     double acc = 0.0;
@@ -718,13 +705,11 @@ static void make_weight(Phase *p, int n_out, int K, bool rows_layout)
     const size_t codes = (size_t)n_out * K / 2, scales = (size_t)n_out * K / 16;
     uint8_t *w = (uint8_t *)dev_alloc(codes + scales);
     fill_bytes<<<1024, 256>>>((uint32_t *)w, (codes + scales) / 4, g_seed++ << 40);
+    p->w = w;
+    p->ws = rows_layout ? w + codes : nullptr;
     if (rows_layout) {
-        p->w = w;
-        p->ws = w + codes;
         fill_scales<<<1024, 256>>>((__half *)p->ws, scales / 2, 1, 1, base, g_seed++ << 40);
     } else {
-        p->w = w;
-        p->ws = nullptr;
         const size_t tiles = (codes + scales) / TILE_BYTES;
         fill_scales<<<1024, 256>>>((__half *)(w + TILE_CODES), tiles, TILE_BYTES / 2,
                                    TILE_ROWS * TILE_K / 32, base, g_seed++ << 40);
@@ -743,6 +728,7 @@ static float *random_norm(int n)
 
 // A rounded vector of n values (X of Phase): codes, scales, integer sums, sums of squares.
 struct Xbuf {
+    int n;
     int8_t *q;
     float *d, *sq;
     int *s;
@@ -752,12 +738,13 @@ enum : unsigned { INIT_EPOCH = 0x7f7f7f7fu }; // the step's first input's flags 
 
 static Xbuf x_alloc(int n)
 {
-    return Xbuf{(int8_t *)dev_alloc(2 * (size_t)n), (float *)dev_alloc(n / 8),
+    return Xbuf{n, (int8_t *)dev_alloc(2 * (size_t)n), (float *)dev_alloc(n / 8),
                 (float *)dev_alloc(n / 8), (int *)dev_alloc(n / 8), (unsigned *)dev_alloc(n / 8)};
 }
 
-static void x_copy(const Xbuf &to, const Xbuf &from, int n)
+static void x_copy(const Xbuf &to, const Xbuf &from)
 {
+    const int n = to.n;
     CUDA_CHECK(cudaMemcpyAsync(to.q, from.q, 2 * (size_t)n, cudaMemcpyDeviceToDevice));
     CUDA_CHECK(cudaMemcpyAsync(to.d, from.d, n / 8, cudaMemcpyDeviceToDevice));
     CUDA_CHECK(cudaMemcpyAsync(to.sq, from.sq, n / 8, cudaMemcpyDeviceToDevice));
@@ -809,7 +796,7 @@ int main(int argc, char **argv)
         }
     }
     if (layers > 0) sh.layers = layers;
-    if (vocab >= 0) sh.vocab = vocab / MAX_UNIT * MAX_UNIT;
+    if (vocab >= 0) sh.vocab = vocab / UNIT * UNIT;
     stages = std::min(std::max(stages, 2), (int)MAX_STAGES);
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -839,9 +826,8 @@ int main(int argc, char **argv)
         p.wait_n = prev >= 0 ? ph[prev].n_units : 0;
         p.done_ctr = n_ctr++;
         if (has_tiles(p.kind)) {
-            p.R = MAX_UNIT;
-            p.n_units = n_out_w / MAX_UNIT / (p.kind == K_GU ? 2 : 1);
-            p.rg = MAX_UNIT / TILE_ROWS * (p.kind == K_GU ? 2 : 1);
+            p.n_units = n_out_w / UNIT / (p.kind == K_GU ? 2 : 1);
+            p.rg = UNIT / TILE_ROWS * (p.kind == K_GU ? 2 : 1);
             p.kt = K / TILE_K;
             make_weight(&p, n_out_w, K, rows_layout);
             bytes += (size_t)n_out_w * K / 32 * 18;
@@ -908,10 +894,9 @@ int main(int argc, char **argv)
     const int threads = 32 * (TILE_ROWS * split + 2);
     auto step = [&]() {
         CUDA_CHECK(cudaMemcpyAsync(h, h0, H * sizeof(float), cudaMemcpyDeviceToDevice));
-        x_copy(xa, x0, H);
-        for (const Xbuf *x : {&xf, &xg, &xo})
-            CUDA_CHECK(cudaMemsetAsync(x->r, 0, (x == &xg ? F : x == &xo ? qd : H) / 8));
-        CUDA_CHECK(cudaMemsetAsync(xa.r, 0x7f, H / 8));
+        x_copy(xa, x0);
+        for (const Xbuf *x : {&xf, &xg, &xo}) CUDA_CHECK(cudaMemsetAsync(x->r, 0, x->n / 8));
+        CUDA_CHECK(cudaMemsetAsync(xa.r, 0x7f, H / 8)); // INIT_EPOCH
         CUDA_CHECK(cudaMemsetAsync(ctr, 0, 2 * n_ctr * sizeof(unsigned)));
         void *kargs[] = {(void *)&a, (void *)&stages};
         CUDA_CHECK(cudaEventRecord(e0));
