@@ -4,8 +4,8 @@
 usage: bench/gpu/sass_loads.py [--cuobjdump PATH] [--define NAME=VALUE ...] [--arch sm_90]
 
 Compiles src/backend/cuda/gemv.cu for the given architecture (nvcc, -O3, as the build does),
-disassembles it (cuobjdump -sass; PyPI's nvidia-cuda-cuobjdump wheel carries one where the
-toolkit lacks it) and prints, for each one-row wide kernel (gemv_wide_kernel<DT, 1, false>), the
+disassembles it (cuobjdump -sass, which runs nvdisasm from its PATH: where the toolkit lacks
+them, PyPI's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels carry both) and prints, for each one-row wide kernel (gemv_wide_kernel<DT, 1, false>), the
 global loads of its loop body issued before the first dot product (IDP) against all of them, and
 the order of loads (L) and runs of dot products (I<n>). A load issued after dot products that
 use earlier loads waits for them: at one row a block lives for one unit of each output row, so
@@ -66,8 +66,11 @@ def main():
         cmd += ["-D" + d for d in a.define]
         cmd.append(os.path.join(ROOT, "src", "backend", "cuda", "gemv.cu"))
         subprocess.run(cmd, check=True)
+        # (nvdisasm beside the cuobjdump given, as the two wheels unpack them, is found too)
+        env = dict(os.environ)
+        env["PATH"] = os.path.dirname(os.path.abspath(a.cuobjdump)) + os.pathsep + env["PATH"]
         sass = subprocess.run([a.cuobjdump, "-sass", cubin], check=True, capture_output=True,
-                              text=True).stdout
+                              text=True, env=env).stdout
     for f in re.split(r"\n\s+Function : ", sass)[1:]:
         m = re.search(r"gemv_wide_kernelILi(\d+)ELi1ELb0E", f.split("\n")[0])
         if not m:
