@@ -5,11 +5,12 @@ usage: bench/gpu/sass_loads.py [--cuobjdump PATH] [--define NAME=VALUE ...] [--a
 
 Compiles src/backend/cuda/gemv.cu for the given architecture (nvcc, -O3, as the build does),
 disassembles it (cuobjdump -sass, which runs nvdisasm from its PATH: where the toolkit lacks
-them, PyPI's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels carry both) and prints, for each one-row wide kernel (gemv_wide_kernel<DT, 1, false>), the
-global loads of its loop body issued before the first dot product (IDP) against all of them, and
-the order of loads (L) and runs of dot products (I<n>). A load issued after dot products that
-use earlier loads waits for them: at one row a block lives for one unit of each output row, so
-each such break is one more trip to memory in the block's life (docs/performance.md, 12-05).
+them, PyPI's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels carry both) and prints, for
+each one-row wide kernel (gemv_wide_kernel<DT, 1, false>), the global loads of its loop body
+issued before the first dot product (IDP) against all of them, and the order of loads (L) and
+runs of dot products (I<n>). A load issued after dot products that use earlier loads waits for
+them: at one row a block lives for one unit of each output row, so each such break is one more
+trip to memory in the block's life (docs/performance.md, 12-05).
 --define passes -D to nvcc (e.g. HX_WIDE_BLOCKS_Q4=5 on a branch that has that knob).
 """
 import argparse
