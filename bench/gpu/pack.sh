@@ -9,7 +9,8 @@ set -eu
 build=$1 out=$2
 rm -rf "$out"
 mkdir -p "$out/lib"
-for b in hearth hx-logits test_cuda_ops hx-gpu-roofline hx-gpu-kernels hx-gpu-step-probe; do
+for b in hearth hx-logits test_cuda_ops hx-gpu-roofline hx-gpu-kernels hx-gpu-step-probe \
+         hx-gpu-boundary; do
     [ -x "$build/$b" ] && cp "$build/$b" "$out/"
 done
 for b in "$out"/*; do
