@@ -1105,3 +1105,7 @@ int32_t hx_cuda_attention_splits(int64_t n_keys)
 }
 
 } // extern "C"
+
+#ifdef HX_CUDA_TIMELINE
+HX_CUDA_TIMELINE_READER(attention)
+#endif

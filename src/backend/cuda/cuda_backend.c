@@ -1191,6 +1191,30 @@ static void cuda_sample_finish(hx_backend *be)
 
 /* ---- life cycle ---- */
 
+#ifdef HX_CUDA_TIMELINE
+/* A dev build's timeline (kernels.h), every kernel file's ring, into the file
+ * $HEARTH_CUDA_TIMELINE as raw records (bench/gpu/timeline.py reads them). */
+static void timeline_dump(void)
+{
+    const char *path = getenv("HEARTH_CUDA_TIMELINE");
+    if (!path || !*path) return;
+    size_t (*const readers[])(hx_cuda_tl_rec *) = {hx_cuda_timeline_gemv,
+                                                   hx_cuda_timeline_attention,
+                                                   hx_cuda_timeline_kernels};
+    hx_cuda_tl_rec *r = hx_alloc(HX_CUDA_TL_CAP * sizeof *r);
+    FILE *f = r ? fopen(path, "wb") : NULL;
+    size_t n_all = 0;
+    for (size_t k = 0; f && k < HX_COUNTOF(readers); k++) {
+        const size_t n = readers[k](r);
+        for (size_t i = 0; i < HX_CUDA_TL_CAP && n; i++)
+            if (r[i].used && fwrite(&r[i], sizeof r[i], 1, f) == 1) n_all++;
+    }
+    if (f) fclose(f);
+    hx_free(r);
+    fprintf(stderr, "hearth: cuda timeline: %zu launches into %s\n", n_all, path);
+}
+#endif
+
 static void cuda_destroy(hx_backend *be)
 {
     if (!be) return;
@@ -1201,6 +1225,9 @@ static void cuda_destroy(hx_backend *be)
             hx_cuda_flush(c);
             cudaStreamSynchronize(c->stream);
         }
+#ifdef HX_CUDA_TIMELINE
+        timeline_dump();
+#endif
         for (int i = 0; i < c->n_graph; i++) cudaGraphExecDestroy(c->graph[i].exec);
         hx_free(c->ops);
         hx_free(c->op_args);

@@ -1620,3 +1620,7 @@ int hx_cuda_gemv_streams(const hx_cuda_gemv_job *jobs, int n_jobs, int64_t n_row
 }
 
 } // extern "C"
+
+#ifdef HX_CUDA_TIMELINE
+HX_CUDA_TIMELINE_READER(gemv)
+#endif

@@ -477,3 +477,7 @@ void hx_cuda_softcap(float *x, float cap, int64_t n, hx_cuda_stream s)
 }
 
 } // extern "C"
+
+#ifdef HX_CUDA_TIMELINE
+HX_CUDA_TIMELINE_READER(kernels)
+#endif

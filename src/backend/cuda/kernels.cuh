@@ -30,11 +30,43 @@ namespace {
 // launch, so a launch overlaps the kernel before it. Measured: +2% on an 8B decode step (the
 // graph replay had already made launches cheap). Before sm_90 neither instruction is compiled
 // in and the attribute is not set: plain stream order. HEARTH_CUDA_PDL=0 turns it off.
+#ifdef HX_CUDA_TIMELINE
+// The timeline of a dev build (cmake -DHEARTH_CUDA_TIMELINE=ON; kernels.h): block 0 of every
+// launch notes, in this file's ring, when its wait for the kernel ahead ended and the launch's
+// shape, so that the spans between launches in a replayed step say where its time goes without
+// a profiler. One atomic a launch; never in a release build.
+__device__ hx_cuda_tl_rec tl_ring[HX_CUDA_TL_CAP];
+__device__ unsigned tl_next;
+
+__device__ __forceinline__ void tl_mark()
+{
+    if (blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x | threadIdx.y | threadIdx.z) return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    const unsigned i = atomicAdd(&tl_next, 1u) % HX_CUDA_TL_CAP;
+    tl_ring[i] = {t, gridDim.x, gridDim.y, blockDim.x, 1u};
+}
+
+// This file's ring into out (HX_CUDA_TL_CAP records, in ring order): how many are written.
+#define HX_CUDA_TIMELINE_READER(file)                                                          \
+    extern "C" size_t hx_cuda_timeline_##file(hx_cuda_tl_rec *out)                             \
+    {                                                                                          \
+        unsigned n = 0;                                                                        \
+        if (cudaMemcpyFromSymbol(&n, tl_next, sizeof n) != cudaSuccess ||                      \
+            cudaMemcpyFromSymbol(out, tl_ring, sizeof tl_ring) != cudaSuccess)                 \
+            return 0;                                                                          \
+        return n < HX_CUDA_TL_CAP ? n : HX_CUDA_TL_CAP;                                        \
+    }
+#endif
+
 __device__ __forceinline__ void after_prior()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+#ifdef HX_CUDA_TIMELINE
+    tl_mark();
 #endif
 }
 

@@ -237,6 +237,19 @@ void hx_cuda_sample(float *logits, int64_t n, int64_t n_vocab, const hx_cuda_dra
                     const hx_cuda_edit *edits, int64_t n_edits, void *scratch,
                     hx_cuda_drawn *out, hx_cuda_stream s);
 
+#ifdef HX_CUDA_TIMELINE
+/* A dev build's timeline (kernels.cuh): a launch's wait ended at t (ns, the GPU's global timer),
+ * its grid gx x gy of bx threads; used 0: an empty slot. One ring per kernel file. */
+typedef struct {
+    unsigned long long t;
+    uint32_t           gx, gy, bx, used;
+} hx_cuda_tl_rec;
+#define HX_CUDA_TL_CAP 65536u
+size_t hx_cuda_timeline_gemv(hx_cuda_tl_rec *out);
+size_t hx_cuda_timeline_attention(hx_cuda_tl_rec *out);
+size_t hx_cuda_timeline_kernels(hx_cuda_tl_rec *out);
+#endif
+
 #ifdef __cplusplus
 }
 #endif
