@@ -127,7 +127,7 @@ __global__ void rope_kernel(float *x, int32_t n_head, float *x2, int32_t n_head2
                             const int32_t *pos, int64_t n_total, int64_t n_total2,
                             int32_t d_head, const float *inv_freq, int32_t half, float mscale,
                             int pairs, hx_cuda_kv kv, int32_t layer, const int32_t *blocks,
-                            const float *v, int64_t n_total3)
+                            const float *v, int64_t n_total3, float *tab)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_total + n_total2 + n_total3) return; // (writes nothing: may end before the wait)
@@ -151,6 +151,7 @@ __global__ void rope_kernel(float *x, int32_t n_head, float *x2, int32_t n_head2
     const int64_t th = i / half, t = th / n_head;
     float cs, sn;
     rope_angle(pos[t], inv_freq[p], mscale, &cs, &sn);
+    if (tab && !second && th == 0) tab[2 * p] = cs, tab[2 * p + 1] = sn; // (row 0, head 0)
     const int32_t i0 = pairs ? 2 * p : p, i1 = pairs ? 2 * p + 1 : p + half;
     const int32_t h = (int32_t)(th % n_head);
     const size_t at = second && kv.k ? kv_row_at(kv, layer, blocks, pos[t], h) : 0;
@@ -997,14 +998,14 @@ extern "C" {
 void hx_cuda_rope(float *x, int32_t n_head, float *x2, int32_t n_head2, const int32_t *pos,
                   int64_t n_tok, int32_t d_head, const float *inv_freq, int32_t n_rot,
                   float mscale, int pairs, const hx_cuda_kv *kv, int32_t layer,
-                  const int32_t *blocks, const float *v, hx_cuda_stream s)
+                  const int32_t *blocks, const float *v, float *tab, hx_cuda_stream s)
 {
     const int64_t n = n_tok * n_head * (n_rot / 2), n2 = x2 ? n_tok * n_head2 * (n_rot / 2) : 0;
     const int64_t n3 = kv ? n_tok * n_head2 * d_head : 0;
     const hx_cuda_kv none = {};
     launch(rope_kernel, blocks_for(n + n2 + n3), THREADS, 0, s, x, n_head, x2, n_head2, pos, n,
            n2, d_head, inv_freq, n_rot / 2, mscale, pairs, kv ? *kv : none, layer, blocks, v,
-           n3);
+           n3, tab);
 }
 
 void hx_cuda_kv_write(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,

@@ -473,6 +473,7 @@ typedef struct {
     const float   *v2;
     int8_t        *xq; /* rmsnorm, glu: also round the output for the GEMV after (gemv_input) */
     float         *xd;
+    float         *tab; /* rope: row 0's rotation left for the GEMVs' posts (rope_tab) */
 } row_args;
 
 static void run_rmsnorm(cuda_impl *c, const void *p);
@@ -665,7 +666,7 @@ static void run_rope(cuda_impl *c, const void *p)
 {
     const row_args *a = p;
     hx_cuda_rope(a->out, a->i0, a->out2, a->i4, a->idx, a->n, a->i1, a->w, a->i2, a->f, a->i3,
-                 a->kv.k ? &a->kv : NULL, a->layer, a->blocks, a->v2, c->stream);
+                 a->kv.k ? &a->kv : NULL, a->layer, a->blocks, a->v2, a->tab, c->stream);
 }
 
 static void cuda_rope(hx_backend *be, float *x, const int32_t *pos, int64_t n_tok, int32_t n_head,
@@ -699,6 +700,9 @@ static void cuda_rope(hx_backend *be, float *x, const int32_t *pos, int64_t n_to
         g->half = a.i2 / 2;
         g->d_head = d_head;
         g->split = split;
+        /* the step's first rope kernel left this rotation's angles (rope_tab) */
+        if (c->tab_pos == a.idx && c->tab_w == a.w && c->tab_f == a.f && c->tab_half == g->half)
+            g->tab = c->rope_tab;
         return;
     }
     /* Right after the rope of q with the same positions and rotation: k joins its launch. */
@@ -709,6 +713,16 @@ static void cuda_rope(hx_backend *be, float *x, const int32_t *pos, int64_t n_to
         p->out2 = x;
         p->i4 = n_head;
         return;
+    }
+    /* The step's first rope kernel of one row leaves its angles for the GEMVs' posts of the
+     * layers after it (each would compute them again in double before its wait, ~1.2 us on the
+     * path to a layer's q/k/v GEMV on an H100: bench/gpu/timeline.py). */
+    if (n_tok == 1 && !c->tab_pos && a.i2 / 2 <= ROPE_TAB_PAIRS) {
+        a.tab = c->rope_tab;
+        c->tab_pos = a.idx;
+        c->tab_w = a.w;
+        c->tab_f = a.f;
+        c->tab_half = a.i2 / 2;
     }
     hx_cuda_record(c, "rope", run_rope, &a, sizeof a);
 }
@@ -1257,6 +1271,7 @@ static void cuda_destroy(hx_backend *be)
         cudaFree(c->smp_scratch);
         hx_free(c->smp_edits);
         cudaFree(c->arena_d);
+        cudaFree(c->rope_tab);
         cudaFreeHost(c->arena_h);
         cudaFreeHost(c->ahead_h);
         for (int i = 0; i < 2; i++)
@@ -1337,6 +1352,8 @@ hx_status hx_cuda_backend_create(int device, hx_backend **out, hx_err *err)
     else if ((e = cudaHostAlloc((void **)&c->arena_h, 2 * ARENA_BYTES,
                                 cudaHostAllocDefault)) != cudaSuccess ||
              (e = cudaMalloc((void **)&c->arena_d, ARENA_BYTES)) != cudaSuccess ||
+             (e = cudaMalloc((void **)&c->rope_tab, 2 * ROPE_TAB_PAIRS * sizeof(float))) !=
+                 cudaSuccess ||
              (e = cudaHostAlloc(&c->ahead_h, 2 * SAMPLE_ROWS * sizeof(hx_cuda_drawn),
                                 cudaHostAllocDefault)) != cudaSuccess ||
              (e = cudaEventCreateWithFlags(&c->ahead_ev[0], cudaEventDisableTiming)) !=

@@ -17,6 +17,7 @@
 #include "base/threadpool.h"
 
 #define ARENA_BYTES  ((size_t)8 << 20)  /* staged host arrays between two reads */
+#define ROPE_TAB_PAIRS 256              /* pair frequencies rope_tab holds */
 #define RECENT       1024               /* slots of the staged arrays remembered (a power of 2) */
 #define MAX_GRAPHS   32                 /* captured steps kept (least recently used goes); a step
                                          * shape has one per arena half (sample_start) */
@@ -137,6 +138,14 @@ struct cuda_impl {
     size_t         args_used, args_cap;
     bool           use_graphs;        /* HEARTH_CUDA_GRAPHS=0 turns replay off */
     bool           gemv_post;         /* HEARTH_CUDA_GEMV_POST=0: no rope in a GEMV (matmul) */
+    /* The rotation the step's first one-row rope kernel leaves in rope_tab (cosine and sine a
+     * pair frequency): its staged positions (NULL: none this step; cleared as a step runs),
+     * inv_freq, mscale and pairs; a GEMV's post with the same reads it (hx_cuda_gemv_post). */
+    float         *rope_tab;
+    const int32_t *tab_pos;
+    const float   *tab_w;
+    float          tab_f;
+    int32_t        tab_half;
     graph_ent      graph[MAX_GRAPHS];
     int            n_graph;
     uint64_t       clock;

@@ -148,6 +148,9 @@ __device__ __forceinline__ hx_cuda_gemv_job gemv_job_of(const gemv_set &set, int
 // What a row's position decides (the angle, in double, and the cache element's address through
 // the block table) is found before the wait for the kernel ahead, as the rope kernel finds it,
 // and kept in shared memory (not in registers, which bound how many GEMV blocks an SM holds).
+// The angle is read from the table the step's first rope kernel left where there is one
+// (hx_cuda_gemv_post.tab): computed here, its double-precision chain held the q/k/v GEMV's
+// first block from its wait ~1.2 us a layer (8B Q4_0, H100, bench/gpu/timeline.py).
 
 // Row o0 + k's rotation and cache element, for thread k of the store.
 struct row_post {
@@ -188,7 +191,8 @@ __device__ __forceinline__ void post_find(const hx_cuda_gemv_post &p, int64_t n_
     const int32_t i = split ? c % p.half : c / 2; // the pair's frequency
     row_post t = {1.0f, 0.0f, -1, 0};
     if (p.inv_freq && (split || i < p.half)) {
-        rope_angle(pos, p.inv_freq[i], p.mscale, &t.cs, &t.sn);
+        if (p.tab) t.cs = p.tab[2 * i], t.sn = p.tab[2 * i + 1];
+        else rope_angle(pos, p.inv_freq[i], p.mscale, &t.cs, &t.sn);
         t.rot = 1;
     }
     if (p.cache) t.at = (int64_t)kv_row_at(p.kv, p.layer, p.blocks, pos, h) + c;

@@ -75,6 +75,9 @@ typedef struct {
     uint16_t      *cache;
     const int32_t *blocks;
     hx_cuda_kv     kv;
+    const float   *tab; /* with inv_freq (NULL: none): the rotation's cosine and sine of pair
+                           frequency i at *pos, with mscale, at tab[2i] and tab[2i + 1], as the
+                           step's rope kernel left them (hx_cuda_rope's tab) */
 } hx_cuda_gemv_post;
 
 /* One GEMV of a launch: out[r][o] = w[o] . x[r] (+ bias[o]), and when acc is not NULL also
@@ -123,11 +126,13 @@ void hx_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t d, 
 /* x [n_tok, n_head, d_head] and, when x2 is not NULL, x2 [n_tok, n_head2, d_head] (q and k)
  * rotated in one launch; inv_freq [n_rot / 2], pairs as in hx_rope. With kv (NULL: not) x2 is
  * K, and the launch also does hx_cuda_kv_write of it (rotated) and of v [n_tok, n_head2 *
- * d_head] into that layer. */
+ * d_head] into that layer. With tab (NULL: not), row 0's rotation is also left there: pair
+ * frequency i's cosine and sine (with mscale) at tab[2i], tab[2i + 1] (a GEMV's post reads
+ * them instead of computing them: hx_cuda_gemv_post.tab). */
 void hx_cuda_rope(float *x, int32_t n_head, float *x2, int32_t n_head2, const int32_t *pos,
                   int64_t n_tok, int32_t d_head, const float *inv_freq, int32_t n_rot,
                   float mscale, int pairs, const hx_cuda_kv *kv, int32_t layer,
-                  const int32_t *blocks, const float *v, hx_cuda_stream s);
+                  const int32_t *blocks, const float *v, float *tab, hx_cuda_stream s);
 
 void hx_cuda_kv_write(const hx_cuda_kv *kv, int32_t layer, const int32_t *blocks,
                       const int32_t *pos, const float *k, const float *v, int64_t n_tok,

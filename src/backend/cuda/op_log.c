@@ -130,6 +130,7 @@ void hx_cuda_flush(cuda_impl *c)
     if (!g) run_log(c);
     c->n_ops = 0;
     c->args_used = 0;
+    c->tab_pos = NULL; /* the next step's first rope leaves its own (cuda_rope) */
 }
 
 /* Runs what is logged and waits for the GPU to finish it. */
