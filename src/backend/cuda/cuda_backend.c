@@ -717,7 +717,7 @@ static void cuda_rope(hx_backend *be, float *x, const int32_t *pos, int64_t n_to
     /* The step's first rope kernel of one row leaves its angles for the GEMVs' posts of the
      * layers after it (each would compute them again in double before its wait, ~1.2 us on the
      * path to a layer's q/k/v GEMV on an H100: bench/gpu/timeline.py). */
-    if (n_tok == 1 && !c->tab_pos && a.i2 / 2 <= ROPE_TAB_PAIRS) {
+    if (n_tok == 1 && !c->tab_pos && !c->profile && a.i2 / 2 <= ROPE_TAB_PAIRS) {
         a.tab = c->rope_tab;
         c->tab_pos = a.idx;
         c->tab_w = a.w;
@@ -1218,11 +1218,8 @@ static void timeline_dump(void)
     hx_cuda_tl_rec *r = hx_alloc(HX_CUDA_TL_CAP * sizeof *r);
     FILE *f = r ? fopen(path, "wb") : NULL;
     size_t n_all = 0;
-    for (size_t k = 0; f && k < HX_COUNTOF(readers); k++) {
-        const size_t n = readers[k](r);
-        for (size_t i = 0; i < HX_CUDA_TL_CAP && n; i++)
-            if (r[i].used && fwrite(&r[i], sizeof r[i], 1, f) == 1) n_all++;
-    }
+    for (size_t k = 0; f && k < HX_COUNTOF(readers); k++)
+        n_all += fwrite(r, sizeof *r, readers[k](r), f);
     if (f) fclose(f);
     hx_free(r);
     fprintf(stderr, "hearth: cuda timeline: %zu launches into %s\n", n_all, path);

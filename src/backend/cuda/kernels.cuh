@@ -21,15 +21,6 @@
 
 namespace {
 
-// ---- launches ----
-//
-// Programmatic dependent launch (sm_90 on): a decode step is some 300 small kernels in a row,
-// each waiting for the one before. Every kernel is launched allowed to start before the one
-// ahead of it on the stream has ended; its first act is to wait for that one
-// (griddepcontrol.wait: the prior grid complete, its memory visible), then to let the next one
-// launch, so a launch overlaps the kernel before it. Measured: +2% on an 8B decode step (the
-// graph replay had already made launches cheap). Before sm_90 neither instruction is compiled
-// in and the attribute is not set: plain stream order. HEARTH_CUDA_PDL=0 turns it off.
 #ifdef HX_CUDA_TIMELINE
 // The timeline of a dev build (cmake -DHEARTH_CUDA_TIMELINE=ON; kernels.h): block 0 of every
 // launch notes, in this file's ring, when its wait for the kernel ahead ended and the launch's
@@ -58,6 +49,16 @@ __device__ __forceinline__ void tl_mark()
         return n < HX_CUDA_TL_CAP ? n : HX_CUDA_TL_CAP;                                        \
     }
 #endif
+
+// ---- launches ----
+//
+// Programmatic dependent launch (sm_90 on): a decode step is some 300 small kernels in a row,
+// each waiting for the one before. Every kernel is launched allowed to start before the one
+// ahead of it on the stream has ended; its first act is to wait for that one
+// (griddepcontrol.wait: the prior grid complete, its memory visible), then to let the next one
+// launch, so a launch overlaps the kernel before it. Measured: +2% on an 8B decode step (the
+// graph replay had already made launches cheap). Before sm_90 neither instruction is compiled
+// in and the attribute is not set: plain stream order. HEARTH_CUDA_PDL=0 turns it off.
 
 __device__ __forceinline__ void after_prior()
 {
